@@ -1,0 +1,442 @@
+/*
+ * Backplane plugin ABI.
+ *
+ * This header is the whole contract between the Backplane host (the core
+ * library an application links) and a backend plugin (a shared library the
+ * host loads at run time). It is C99 and includes only <stddef.h>,
+ * <stdint.h> and <stdbool.h>, so a plugin built by another compiler or
+ * another C++ standard library can be loaded.
+ *
+ * Rules that hold for everything below:
+ *  - Every struct that is passed by pointer begins with `struct_size`, set by
+ *    the side that fills it to sizeof() of the version it was compiled
+ *    against. A reader reads only the fields that struct_size says exist and
+ *    treats missing trailing fields as zero/NULL. Structs only grow at the end.
+ *  - Small value types that travel in arrays (bp_string, bp_layout,
+ *    bp_bundle_slot) have no struct_size: they are frozen for a major version.
+ *  - Strings are (ptr, len) pairs, UTF-8, not necessarily NUL-terminated.
+ *  - Errors are values (bp_error*): created by the side that failed and freed
+ *    by that same side. NULL means success. Nothing throws or longjmps across
+ *    this boundary.
+ *  - Outputs of functions come last and are named out_*.
+ *  - Nothing the host holds points into a plugin after the plugin's shutdown()
+ *    returned: the host copies every string and table it keeps.
+ *
+ * Versioning: BP_ABI_VERSION_MAJOR changes when an existing field or function
+ * changes meaning; MINOR when fields/functions are appended. See
+ * sdk/CHANGELOG.md.
+ */
+#ifndef BACKPLANE_ABI_H_
+#define BACKPLANE_ABI_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BP_ABI_VERSION_MAJOR 1
+#define BP_ABI_VERSION_MINOR 0
+
+/* The one symbol every plugin exports (see bp_plugin_entry_fn). */
+#define BP_PLUGIN_ENTRY_SYMBOL "backplane_plugin_entry"
+
+#define BP_MAX_RANK 8
+
+#if defined(_WIN32)
+#define BP_EXPORT __declspec(dllexport)
+#else
+#define BP_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Basic value types                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct bp_string {
+  const char* data; /* may be NULL when len == 0 */
+  size_t len;
+} bp_string;
+
+/* Element types. Values are stable for a major version. */
+typedef enum bp_dtype {
+  BP_DTYPE_INVALID = 0,
+  BP_DTYPE_F32 = 1,
+  BP_DTYPE_F16 = 2,
+  BP_DTYPE_BF16 = 3,
+  BP_DTYPE_F64 = 4,
+  BP_DTYPE_I8 = 5,
+  BP_DTYPE_I16 = 6,
+  BP_DTYPE_I32 = 7,
+  BP_DTYPE_I64 = 8,
+  BP_DTYPE_U8 = 9,
+  BP_DTYPE_BOOL = 10, /* one byte, 0 or 1 */
+  BP_DTYPE_COUNT_ = 11
+} bp_dtype;
+
+typedef enum bp_status_code {
+  BP_OK = 0,
+  BP_ERR_INVALID_ARGUMENT = 1, /* bad params, shapes, dtypes */
+  BP_ERR_OUT_OF_RANGE = 2,     /* an index out of range, div by zero, ... */
+  BP_ERR_UNIMPLEMENTED = 3,    /* the entry exists but does nothing yet */
+  BP_ERR_UNAVAILABLE = 4,      /* the device or a resource is not there */
+  BP_ERR_OUT_OF_MEMORY = 5,
+  BP_ERR_INCOMPATIBLE = 6, /* ABI/version negotiation failed */
+  BP_ERR_INTERNAL = 7      /* a bug, or an exception caught at the boundary */
+} bp_status_code;
+
+/* Opaque error object. Created by the side that failed (a plugin's error is
+ * read and freed through that plugin's bp_plugin_api). */
+typedef struct bp_error bp_error;
+
+/* A strided view of elements inside a storage.
+ *   element (i0..i{rank-1}) lives at element index
+ *       offset + sum_k i_k * strides[k]
+ *   counted in elements of the storage's dtype from the storage's start.
+ * strides may be negative; stride 0 means broadcast. Entries past `rank` are
+ * ignored. rank 0 is a scalar (one element at `offset`). */
+typedef struct bp_layout {
+  uint32_t rank;
+  uint32_t reserved_; /* zero */
+  int64_t shape[BP_MAX_RANK];
+  int64_t strides[BP_MAX_RANK];
+  int64_t offset;
+} bp_layout;
+
+/* One logical output of a multi-output (bundled) op. */
+typedef struct bp_bundle_slot {
+  bp_dtype dtype;
+  uint32_t reserved_; /* zero */
+  bp_layout layout;     /* offset is in elements of `dtype` from byte_offset */
+  uint64_t byte_offset; /* from the start of the bundle storage */
+} bp_bundle_slot;
+
+/* What a kernel sees of one storage. Built by the host for each call; the
+ * pointers inside live for the duration of the call only. */
+typedef struct bp_storage {
+  size_t struct_size;
+  /* Host-addressable start of the storage (buffer base + byte_offset), or
+   * NULL for device memory that is not mapped. */
+  void* data;
+  /* The plugin's own buffer handle (from buffer_allocate) and where this
+   * storage starts inside it. */
+  uint64_t buffer_handle;
+  uint64_t byte_offset;
+  uint64_t byte_size;
+  bp_dtype dtype; /* the primary dtype; for a bundle, slot 0's */
+  /* Bundles: n_slots > 0 and slots[] describe each logical output. */
+  uint32_t n_slots;
+  const bp_bundle_slot* slots;
+} bp_storage;
+
+/* ------------------------------------------------------------------------ */
+/* Op params: a tagged union of op-family extras                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum bp_params_kind {
+  BP_PARAMS_NONE = 0,
+  BP_PARAMS_REDUCE = 1,     /* sum mean prod max min */
+  BP_PARAMS_ARG_REDUCE = 2, /* argmax argmin */
+  BP_PARAMS_DIM = 3,        /* softmax log_softmax cumsum gather index_select concat */
+  BP_PARAMS_CAST = 4,
+  BP_PARAMS_CLAMP = 5,
+  BP_PARAMS_AFFINE = 6,
+  BP_PARAMS_GELU = 7,
+  BP_PARAMS_LAYER_NORM = 8,
+  BP_PARAMS_CONV2D = 9,
+  BP_PARAMS_TOPK = 10,
+  BP_PARAMS_VAR_MEAN = 11,
+  BP_PARAMS_SELECTIVE_SCAN = 12,
+  BP_PARAMS_CUSTOM = 13 /* vendor ops: the graph's params as JSON text */
+} bp_params_kind;
+
+/* All dims below are already normalised by the host: 0 <= dim < rank of the
+ * input they refer to, sorted ascending and unique where a list. */
+typedef struct bp_reduce_params {
+  uint32_t n_dims;
+  int32_t dims[BP_MAX_RANK];
+  bool keepdim;
+} bp_reduce_params;
+
+typedef struct bp_arg_reduce_params {
+  int32_t dim;
+  bool keepdim;
+  bool select_last_index;
+} bp_arg_reduce_params;
+
+typedef struct bp_dim_params {
+  int32_t dim;
+  bool exclusive; /* cumsum */
+  bool reverse;   /* cumsum */
+} bp_dim_params;
+
+typedef struct bp_cast_params {
+  bp_dtype dtype;
+} bp_cast_params;
+
+typedef struct bp_clamp_params {
+  bool has_min;
+  bool has_max;
+  double min_f, max_f;  /* for float dtypes */
+  int64_t min_i, max_i; /* for integer dtypes (exact) */
+} bp_clamp_params;
+
+typedef struct bp_affine_params {
+  double mul;
+  double add;
+} bp_affine_params;
+
+typedef struct bp_gelu_params {
+  bool tanh_approximation;
+} bp_gelu_params;
+
+typedef struct bp_layer_norm_params {
+  uint32_t n_dims; /* the trailing n_dims dims are normalised */
+  double eps;
+} bp_layer_norm_params;
+
+typedef struct bp_conv2d_params {
+  int64_t stride[2];
+  int64_t padding[4]; /* top, left, bottom, right */
+  int64_t dilation[2];
+  int64_t groups;
+} bp_conv2d_params;
+
+typedef struct bp_topk_params {
+  int64_t k;
+  int32_t dim;
+  bool largest;
+  bool sorted;
+} bp_topk_params;
+
+typedef struct bp_var_mean_params {
+  uint32_t n_dims;
+  int32_t dims[BP_MAX_RANK];
+  double correction;
+  bool keepdim;
+} bp_var_mean_params;
+
+typedef struct bp_selective_scan_params {
+  bool delta_softplus;
+} bp_selective_scan_params;
+
+typedef struct bp_custom_params {
+  bp_string json; /* the node's "params" object as JSON text */
+} bp_custom_params;
+
+typedef struct bp_op_params {
+  size_t struct_size;
+  bp_params_kind kind;
+  union {
+    bp_reduce_params reduce;
+    bp_arg_reduce_params arg_reduce;
+    bp_dim_params dim;
+    bp_cast_params cast;
+    bp_clamp_params clamp;
+    bp_affine_params affine;
+    bp_gelu_params gelu;
+    bp_layer_norm_params layer_norm;
+    bp_conv2d_params conv2d;
+    bp_topk_params topk;
+    bp_var_mean_params var_mean;
+    bp_selective_scan_params selective_scan;
+    bp_custom_params custom;
+  } u;
+} bp_op_params;
+
+/* ------------------------------------------------------------------------ */
+/* Host API: what the host offers a plugin                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum bp_log_level {
+  BP_LOG_DEBUG = 0,
+  BP_LOG_INFO = 1,
+  BP_LOG_WARNING = 2,
+  BP_LOG_ERROR = 3
+} bp_log_level;
+
+/* A chunk of a parallel loop: handles [begin, end). Must not throw/longjmp. */
+typedef void (*bp_parallel_fn)(void* user, int64_t begin, int64_t end);
+
+typedef struct bp_host_api {
+  size_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  void* host_ctx; /* passed back as the first argument below */
+  /* Thread-safe. */
+  void (*log)(void* host_ctx, bp_log_level level, bp_string message);
+  /* Runs fn over [0, n) split into chunks of at least `grain` items on the
+   * host's thread pool and returns when all are done. The host decides the
+   * thread count; it may run everything on the calling thread. Re-entrant
+   * calls from inside fn run serially on the calling thread. */
+  void (*parallel_for)(void* host_ctx, int64_t n, int64_t grain, bp_parallel_fn fn, void* user);
+  /* The number of threads parallel_for may use (>= 1). */
+  uint32_t (*num_threads)(void* host_ctx);
+} bp_host_api;
+
+/* ------------------------------------------------------------------------ */
+/* Kernels                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct bp_device bp_device; /* opaque, owned by the plugin */
+
+/* Per-call context. */
+typedef struct bp_kernel_context {
+  size_t struct_size;
+  bp_device* device;
+  const bp_host_api* host;
+  /* Index of this kernel in the plugin's kernel table. */
+  uint32_t kernel_index;
+} bp_kernel_context;
+
+/* The KernelRef. inputs[0..n_inputs), outputs[0..n_outputs),
+ * layouts[0..n_inputs + n_outputs): input layouts then output layouts.
+ * Outputs were allocated by the host; the kernel writes every byte of every
+ * output element and nothing outside them. An optional input that is absent
+ * has buffer_handle == 0, data == NULL and byte_size == 0.
+ * A bundled output has n_outputs == 1, outputs[0].n_slots > 0, and its
+ * layout entry describes slot 0.
+ * For asynchronous devices the kernel may only enqueue work; errors found
+ * later are reported by synchronize(). Returns NULL on success. */
+typedef bp_error* (*bp_kernel_fn)(const bp_kernel_context* ctx, const bp_storage* inputs,
+                                  size_t n_inputs, const bp_storage* outputs, size_t n_outputs,
+                                  const bp_layout* layouts, const bp_op_params* params);
+
+typedef enum bp_layout_capability {
+  BP_LAYOUT_CONTIGUOUS = 0, /* the host makes the input dense (row-major, offset 0) */
+  BP_LAYOUT_STRIDED = 1     /* the kernel walks any strides itself */
+} bp_layout_capability;
+
+enum { BP_KERNEL_FLAG_VARIADIC = 1u };
+
+/* One row of a plugin's kernel table. The table is static: it lives from the
+ * entry call until the library is unloaded. */
+typedef struct bp_kernel_desc {
+  size_t struct_size;
+  bp_string op; /* an OPS.md name, or "vendor.op" for custom ops */
+  /* Dispatch key: the dtype of each input, then the output dtype (for a
+   * bundle, the primary = slot 0 dtype). n_dtypes == n_inputs + 1. */
+  const bp_dtype* dtypes;
+  uint32_t n_dtypes;
+  /* Per input: a bp_layout_capability. n_inputs entries. */
+  const uint8_t* input_layouts;
+  uint32_t n_inputs;
+  /* 1 for plain ops; for bundled ops also 1 with bundle_slots > 0. */
+  uint32_t n_outputs;
+  uint32_t bundle_slots;
+  /* BP_KERNEL_FLAG_VARIADIC: the last input (dtype and layout capability)
+   * repeats one or more times (concat). */
+  uint32_t flags;
+  bp_kernel_fn fn;
+} bp_kernel_desc;
+
+/* ------------------------------------------------------------------------ */
+/* Devices and memory                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef enum bp_memory_kind {
+  BP_MEMORY_HOST = 0,   /* buffers are host memory; bp_buffer.host_ptr is set */
+  BP_MEMORY_MAPPED = 1, /* device memory the host can map (integrated, lavapipe) */
+  BP_MEMORY_DEVICE = 2  /* device memory reached through buffer_read/write */
+} bp_memory_kind;
+
+typedef struct bp_device_info {
+  size_t struct_size;
+  bp_string name;        /* unique within the plugin, e.g. "vulkan0" */
+  bp_string kind;        /* "cpu", "gpu", "accelerator" */
+  bp_string description; /* human-readable, e.g. the GPU's name */
+  bp_memory_kind memory_kind;
+  uint64_t buffer_alignment; /* required alignment of storage starts, bytes */
+  uint64_t max_buffer_size;  /* 0 = no limit */
+} bp_device_info;
+
+typedef struct bp_buffer {
+  size_t struct_size;
+  uint64_t handle; /* nonzero, the plugin's */
+  void* host_ptr;  /* set for HOST and MAPPED memory, else NULL */
+  uint64_t size;
+} bp_buffer;
+
+/* ------------------------------------------------------------------------ */
+/* The plugin API table                                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct bp_plugin_api {
+  size_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  bp_string name;    /* must equal the manifest's */
+  bp_string version; /* must equal the manifest's */
+
+  const bp_kernel_desc* kernels;
+  size_t n_kernels;
+
+  /* Errors created by this plugin. Thread-safe. */
+  bp_status_code (*error_code)(const bp_error* error);
+  bp_string (*error_message)(const bp_error* error); /* lives until error_destroy */
+  void (*error_destroy)(bp_error* error);
+
+  /* Heavy set-up (instances, pools), called once before any device is used.
+   * `host` stays valid until shutdown returns. */
+  bp_error* (*initialize)(const bp_host_api* host);
+  /* Releases everything; after it returns the library may be unloaded. */
+  void (*shutdown)(void);
+
+  /* Devices, valid after initialize. */
+  uint32_t (*device_count)(void);
+  bp_error* (*device_get)(uint32_t index, bp_device** out_device);
+  /* Strings in out_info live until shutdown. */
+  bp_error* (*device_info)(bp_device* device, bp_device_info* out_info);
+  /* Optional (may be NULL = all supported): whether kernel `kernel_index`
+   * runs on this device (for features that differ between devices). */
+  bp_error* (*device_supports_kernel)(bp_device* device, uint32_t kernel_index, bool* out_supported);
+
+  /* Memory. Buffers are allocated by the host before a plan runs. */
+  bp_error* (*buffer_allocate)(bp_device* device, uint64_t size, bp_buffer* out_buffer);
+  void (*buffer_free)(bp_device* device, uint64_t handle);
+  bp_error* (*buffer_write)(bp_device* device, uint64_t handle, uint64_t offset, const void* src,
+                            uint64_t size);
+  bp_error* (*buffer_read)(bp_device* device, uint64_t handle, uint64_t offset, void* dst,
+                           uint64_t size);
+
+  /* Execution. begin() is called before the kernels of a run, synchronize()
+   * after them: it submits what was enqueued, waits, and reports errors found
+   * on the device. Both may be NULL for synchronous devices. */
+  bp_error* (*begin)(bp_device* device);
+  bp_error* (*synchronize)(bp_device* device);
+
+  /* Optional: shape/dtype inference for this plugin's vendor ops ("acme.x").
+   * in_layouts give input shapes (strides meaningless). Writes the output
+   * dtype and shape into *out_dtype / *out_layout. */
+  bp_error* (*infer_custom_op)(bp_string op, const bp_dtype* in_dtypes, const bp_layout* in_layouts,
+                               size_t n_inputs, const bp_op_params* params, bp_dtype* out_dtype,
+                               bp_layout* out_layout);
+} bp_plugin_api;
+
+/* What the host asks the entry symbol. */
+typedef struct bp_plugin_query {
+  size_t struct_size;
+  /* The host speaks every major version in [min_major, max_major], and of
+   * max_major every minor up to max_minor. */
+  uint32_t min_major;
+  uint32_t max_major;
+  uint32_t max_minor;
+  /* On failure the plugin writes a NUL-terminated reason here. */
+  char* error_buffer;
+  size_t error_buffer_size;
+} bp_plugin_query;
+
+/* The exported entry point, named BP_PLUGIN_ENTRY_SYMBOL. Cheap and pure: no
+ * threads, no devices, no I/O. Chooses a version and returns the plugin's API
+ * table (static, valid until unload). Returns BP_OK, or an error code with a
+ * reason in query->error_buffer (BP_ERR_INCOMPATIBLE when no version fits). */
+typedef bp_status_code (*bp_plugin_entry_fn)(const bp_plugin_query* query,
+                                             const bp_plugin_api** out_api);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BACKPLANE_ABI_H_ */
