@@ -304,6 +304,29 @@ typedef bp_error* (*bp_kernel_fn)(const bp_kernel_context* ctx, const bp_storage
                                   size_t n_inputs, const bp_storage* outputs, size_t n_outputs,
                                   const bp_layout* layouts, const bp_op_params* params);
 
+/* What the host guarantees every kernel, so plugins need not re-derive it:
+ *  - Output layouts are dense row-major with offset 0 (for a bundle, each
+ *    slot is dense at its byte_offset). Inputs declared BP_LAYOUT_CONTIGUOUS
+ *    are dense too; BP_LAYOUT_STRIDED inputs may have any strides (negative,
+ *    zero) and any offset.
+ *  - Shapes, dtypes and params were checked by the host's shape inference;
+ *    dims in params are normalised (non-negative, sorted, unique).
+ *  - Elementwise ops (unary, binary, comparisons, where, clamp, affine, cast,
+ *    contiguous): every input layout already has the output's rank and shape;
+ *    broadcast dims have stride 0.
+ *  - matmul: inputs are given as a [..., M, K] and b [..., K, N] with the
+ *    same rank >= 2 and the same batch dims (broadcast batch dims stride 0);
+ *    the output layout is [..., M, N] of that rank (1-D operands were
+ *    promoted by the host; the dense output bytes are the same).
+ *  - Reductions: the output layout has keepdim applied as the params say; the
+ *    reduced dims are in params.
+ *  - Optional inputs (layer_norm weight/bias, conv2d bias) that are absent
+ *    arrive with buffer_handle 0 and data NULL; their dtype key entry equals
+ *    the output dtype.
+ *  - Data-dependent errors (an index out of range, integer division by zero,
+ *    a float->int cast of NaN/inf/out-of-range) are the kernel's to report,
+ *    as BP_ERR_OUT_OF_RANGE naming the op. */
+
 typedef enum bp_layout_capability {
   BP_LAYOUT_CONTIGUOUS = 0, /* the host makes the input dense (row-major, offset 0) */
   BP_LAYOUT_STRIDED = 1     /* the kernel walks any strides itself */
