@@ -1,0 +1,332 @@
+// Backplane host API: what an application links (Backplane::core).
+//
+//   auto rt = backplane::Runtime::create();          // finds manifests
+//   for (auto& d : rt->devices()) ...                 // no library loaded yet
+//   backplane::Device& dev = rt->device("auto");      // loads one plugin
+//   backplane::Graph g;
+//   g.input("x", BP_DTYPE_F32, {2, 3});
+//   g.node("y", "relu", {"x"});
+//   g.output("y");
+//   backplane::Plan plan = rt->compile(g, dev);       // shapes, kernels, buffers
+//   auto out = plan.run({{"x", host_tensor}});        // reusable
+//
+// Every error is a backplane::Error whose message names what was wrong (the
+// node, the op, the plugin). Nothing a plugin does can take the host down
+// short of memory corruption inside the plugin itself.
+#pragma once
+
+#include <backplane/abi.h>
+#include <backplane/sdk/dtype.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace backplane {
+
+using Shape = std::vector<int64_t>;
+using Json = nlohmann::json;
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message, bp_status_code code = BP_ERR_INVALID_ARGUMENT)
+      : std::runtime_error(message), code_(code) {}
+  bp_status_code code() const noexcept { return code_; }
+
+ private:
+  bp_status_code code_;
+};
+
+std::string shape_str(const Shape& s);
+
+// ---------------------------------------------------------------------------
+// Layout: shape, strides (elements, signed, 0 = broadcast), offset (elements).
+
+class Layout {
+ public:
+  Layout() = default;
+  Layout(Shape shape, std::vector<int64_t> strides, int64_t offset);
+  static Layout contiguous(const Shape& shape);
+  static Layout from_bp(const bp_layout& l);
+
+  const Shape& shape() const { return shape_; }
+  const std::vector<int64_t>& strides() const { return strides_; }
+  int64_t offset() const { return offset_; }
+  size_t rank() const { return shape_.size(); }
+  int64_t numel() const;
+  // Row-major dense with offset 0 (size-1 dims may have any stride).
+  bool is_contiguous() const;
+  // [min, max] element index touched, relative to the storage start; for an
+  // empty layout {offset, offset-1}.
+  std::pair<int64_t, int64_t> extent() const;
+  bp_layout to_bp() const;
+
+  // View ops: no data moves. Each throws Error on bad arguments.
+  Layout permute(const std::vector<int64_t>& dims) const;
+  Layout transpose(int64_t dim0, int64_t dim1) const;
+  Layout broadcast_to(const Shape& shape) const;
+  Layout slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) const;
+  Layout squeeze(const std::optional<std::vector<int64_t>>& dims) const;
+  Layout unsqueeze(int64_t dim) const;
+  // A view with a new shape when the strides allow it; nullopt when a copy is
+  // needed. `shape` must already be resolved (no -1).
+  std::optional<Layout> reshape(const Shape& shape) const;
+
+  bool operator==(const Layout&) const = default;
+
+ private:
+  Shape shape_;
+  std::vector<int64_t> strides_;
+  int64_t offset_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// HostTensor: a dense row-major tensor in host memory (inputs and results).
+
+struct HostTensor {
+  bp_dtype dtype = BP_DTYPE_INVALID;
+  Shape shape;
+  std::vector<std::byte> bytes;
+
+  HostTensor() = default;
+  HostTensor(bp_dtype dtype, Shape shape);  // zero-filled
+  int64_t numel() const;
+  size_t nbytes() const { return bytes.size(); }
+  void* data() { return bytes.data(); }
+  const void* data() const { return bytes.data(); }
+  template <typename T> T* as() { return reinterpret_cast<T*>(bytes.data()); }
+  template <typename T> const T* as() const { return reinterpret_cast<const T*>(bytes.data()); }
+
+  // Element i (row-major) converted to/from double (exact for every dtype
+  // except i64 beyond 2^53).
+  double get(int64_t i) const;
+  void set(int64_t i, double v);
+  int64_t get_int(int64_t i) const;  // exact for integer dtypes
+  void set_int(int64_t i, int64_t v);
+
+  // Builds a tensor of `dtype` from doubles (converted element-wise).
+  static HostTensor from_doubles(bp_dtype dtype, Shape shape, const std::vector<double>& values);
+  template <typename T> static HostTensor from(bp_dtype dtype, Shape shape, const std::vector<T>& values) {
+    HostTensor t(dtype, std::move(shape));
+    for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < t.numel(); ++i)
+      t.set(static_cast<int64_t>(i), static_cast<double>(values[i]));
+    return t;
+  }
+};
+
+// .npy I/O (format 1.0-3.0, little-endian, C order). bf16 is stored as '<u2';
+// pass dtype_override = BP_DTYPE_BF16 to read such a file as bf16.
+HostTensor read_npy(const std::filesystem::path& path, std::optional<bp_dtype> dtype_override = std::nullopt);
+void write_npy(const std::filesystem::path& path, const HostTensor& t);
+
+// ---------------------------------------------------------------------------
+// Graphs
+
+struct Node {
+  std::string name;
+  std::string op;
+  std::vector<std::string> inputs;  // "" = an absent optional input (null)
+  Json params = Json::object();
+};
+
+class Graph {
+ public:
+  void input(const std::string& name, bp_dtype dtype, Shape shape);
+  void constant(const std::string& name, HostTensor value);
+  void node(const std::string& name, const std::string& op, std::vector<std::string> inputs,
+            Json params = Json::object());
+  void output(const std::string& name);
+
+  struct Input {
+    std::string name;
+    bp_dtype dtype;
+    Shape shape;
+    std::optional<HostTensor> constant;
+  };
+  const std::vector<Input>& inputs() const { return inputs_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<std::string>& outputs() const { return outputs_; }
+
+ private:
+  std::vector<Input> inputs_;
+  std::vector<Node> nodes_;
+  std::vector<std::string> outputs_;
+};
+
+// A graph file (ARCHITECTURE.md): the graph plus the input data it names.
+struct GraphFile {
+  Graph graph;
+  std::map<std::string, HostTensor> inputs;  // non-constant inputs, read from .npy
+};
+GraphFile load_graph_file(const std::filesystem::path& path);
+GraphFile parse_graph_json(const Json& j, const std::filesystem::path& base_dir);
+
+// ---------------------------------------------------------------------------
+// Devices and plugins
+
+enum class PluginState { NotLoaded, Loaded, Rejected };
+
+struct KernelInfo {
+  std::string op;
+  std::vector<bp_dtype> dtypes;  // inputs then output
+  std::vector<bp_layout_capability> layouts;
+  uint32_t bundle_slots = 0;
+  bool variadic = false;
+  bool operator==(const KernelInfo&) const = default;
+};
+
+struct PluginInfo {
+  std::string name;
+  std::string version;
+  std::filesystem::path manifest_path;
+  std::filesystem::path library_path;
+  std::string abi_version;
+  std::string device_kind;
+  std::string description;
+  PluginState state = PluginState::NotLoaded;
+  std::string rejection;  // why, when Rejected
+  std::vector<KernelInfo> kernels;
+};
+
+class Runtime;
+class Plugin;
+
+class Device {
+ public:
+  const std::string& name() const { return name_; }
+  const std::string& kind() const { return kind_; }
+  const std::string& description() const { return description_; }
+  const std::string& plugin_name() const;
+  // The kernels this device runs (the plugin's table, less what the device
+  // says it lacks).
+  std::vector<KernelInfo> kernels() const;
+
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  ~Device();
+
+ private:
+  friend class Runtime;
+  friend class Plugin;
+  friend struct DeviceAccess;
+  Device() = default;
+  std::string name_, kind_, description_;
+  Plugin* plugin_ = nullptr;
+  bp_device* handle_ = nullptr;
+  bp_device_info info_{};
+  std::vector<bool> supported_;  // per kernel index
+};
+
+// One entry of Runtime::devices(): a device, or a plugin whose devices are
+// not known yet (not loaded) or that was rejected.
+struct DeviceListing {
+  std::string name;  // device name ("cpu", "vulkan0") or plugin name when not loaded
+  std::string kind;
+  std::string description;
+  std::string plugin;
+  std::filesystem::path manifest;
+  PluginState state = PluginState::NotLoaded;
+  std::string rejection;
+  size_t kernel_count = 0;
+};
+
+struct RuntimeOptions {
+  // Folders searched after the install's own folder and BACKPLANE_PLUGIN_PATH.
+  std::vector<std::filesystem::path> plugin_paths;
+  bool use_default_path = true;  // the install's own plugin folder
+  bool use_environment = true;   // BACKPLANE_PLUGIN_PATH, BACKPLANE_DEVICE, BACKPLANE_NUM_THREADS
+  int num_threads = 0;           // 0 = BACKPLANE_NUM_THREADS or the cores this process may use
+};
+
+class Plan;
+
+struct CompileOptions {
+  // Fill every output buffer with a garbage pattern before each kernel, so a
+  // kernel that leaves bytes unwritten is caught (conformance, tests).
+  bool poison_outputs = false;
+};
+
+class Runtime {
+ public:
+  static std::unique_ptr<Runtime> create(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Manifests found and plugins described, without loading any library.
+  const std::vector<PluginInfo>& plugins() const;
+  // Manifests that could not be used at all (malformed JSON, schema errors).
+  const std::vector<std::pair<std::filesystem::path, std::string>>& manifest_errors() const;
+  // Devices of loaded plugins, and one row per unloaded or rejected plugin.
+  std::vector<DeviceListing> devices() const;
+  // Loads every plugin (to list every device); rejections are recorded, not thrown.
+  void load_all();
+
+  // Selects a device: an exact device name ("cpu", "vulkan0"), a plugin name
+  // (its first device), a kind ("gpu", "cpu"), or "auto" (BACKPLANE_DEVICE if
+  // set, else the first GPU, else the CPU). Loads its plugin if needed.
+  Device& device(const std::string& selector);
+  // Every usable device (loads every plugin).
+  std::vector<Device*> all_devices();
+
+  // Shape/dtype inference, kernel resolution, contiguize insertion, buffer
+  // planning. Throws Error naming the node.
+  Plan compile(const Graph& graph, Device& device, const CompileOptions& options = {});
+
+  // One op on host tensors (compiles a one-node graph; convenient, not fast).
+  std::map<std::string, HostTensor> run_graph(const Graph& graph, Device& device,
+                                              const std::map<std::string, HostTensor>& inputs);
+
+  uint32_t num_threads() const;
+
+  struct Impl;
+
+ private:
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A compiled graph bound to a device, with every buffer allocated. Running it
+// again resolves nothing and allocates nothing.
+class Plan {
+ public:
+  Plan();
+  Plan(Plan&&) noexcept;
+  Plan& operator=(Plan&&) noexcept;
+  ~Plan();
+
+  // Copies host data into the plan's input buffer (shape and dtype must match).
+  void set_input(const std::string& name, const HostTensor& value);
+  // Runs every node: locks, kernels, synchronize. Throws Error naming the node
+  // whose kernel failed.
+  void execute();
+  // Reads a graph output back into host memory (dense).
+  HostTensor output(const std::string& name) const;
+  // set_input for each, execute, output for each graph output.
+  std::map<std::string, HostTensor> run(const std::map<std::string, HostTensor>& inputs);
+
+  // Per-node description: name, op, kernel key, whether contiguize was inserted.
+  std::vector<std::string> describe() const;
+  // The inferred dtype/shape of any graph value.
+  std::pair<bp_dtype, Shape> value_type(const std::string& name) const;
+
+  struct Impl;
+
+ private:
+  friend class Runtime;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Shape inference alone (no device): the dtype and shape of every value of a
+// graph, or an Error naming the node. Custom (vendor) ops need the runtime.
+std::map<std::string, std::pair<bp_dtype, Shape>> infer_graph(const Graph& graph);
+
+}  // namespace backplane
