@@ -196,6 +196,15 @@ struct PluginInfo {
   std::vector<KernelInfo> kernels;
 };
 
+// Manifests (ARCHITECTURE.md). parse_manifest validates against the JSON
+// Schema in manifests/manifest.schema.json and throws Error naming the file.
+PluginInfo parse_manifest(const std::filesystem::path& path);
+Json manifest_to_json(const PluginInfo& info);
+// Loads a plugin library directly (no manifest), reads what it registers, and
+// unloads it: the source of truth for writing its manifest.
+PluginInfo inspect_plugin_library(const std::filesystem::path& library);
+std::string kernel_signature(const KernelInfo& k);  // "add(f32, f32) -> f32 [strided, strided]"
+
 class Runtime;
 class Plugin;
 

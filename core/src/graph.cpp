@@ -1,0 +1,224 @@
+// Graphs built in code and graph files (ARCHITECTURE.md).
+#include "ops.hpp"
+
+#include <fstream>
+
+namespace backplane {
+
+void Graph::input(const std::string& name, bp_dtype dtype, Shape shape) {
+  if (dtype_size(dtype) == 0) throw Error("graph input '" + name + "': invalid dtype");
+  if (shape.size() > BP_MAX_RANK) throw Error("graph input '" + name + "': rank " + std::to_string(shape.size()) + " exceeds 8");
+  for (auto d : shape)
+    if (d < 0) throw Error("graph input '" + name + "': negative dim in " + shape_str(shape));
+  inputs_.push_back({name, dtype, std::move(shape), std::nullopt});
+}
+
+void Graph::constant(const std::string& name, HostTensor value) {
+  if (value.shape.size() > BP_MAX_RANK) throw Error("graph constant '" + name + "': rank exceeds 8");
+  inputs_.push_back({name, value.dtype, value.shape, std::move(value)});
+}
+
+void Graph::node(const std::string& name, const std::string& op, std::vector<std::string> inputs, Json params) {
+  if (params.is_null()) params = Json::object();
+  nodes_.push_back({name, op, std::move(inputs), std::move(params)});
+}
+
+void Graph::output(const std::string& name) { outputs_.push_back(name); }
+
+std::map<std::string, std::pair<bp_dtype, Shape>> infer_graph(const Graph& graph) {
+  using detail::ValueType;
+  std::map<std::string, ValueType> types;
+  std::map<std::string, std::pair<bp_dtype, Shape>> out;
+  for (const auto& in : graph.inputs()) {
+    if (types.count(in.name)) throw Error("graph input '" + in.name + "' is defined twice");
+    types[in.name] = {in.dtype, in.shape, {}};
+    out[in.name] = {in.dtype, in.shape};
+  }
+  for (const auto& node : graph.nodes()) {
+    if (node.name.empty()) throw Error("a node of op '" + node.op + "' has no name");
+    if (types.count(node.name)) throw Error("node '" + node.name + "' (" + node.op + "): the name is already used");
+    if (detail::is_custom_op(node.op) && !detail::is_known_op(node.op))
+      throw Error("node '" + node.name + "': vendor op '" + node.op + "' needs its plugin's shape inference; compile it on a device");
+    std::vector<const ValueType*> in;
+    for (const auto& n : node.inputs) {
+      if (n.empty()) {
+        in.push_back(nullptr);
+        continue;
+      }
+      auto it = types.find(n);
+      if (it == types.end()) throw Error("node '" + node.name + "' (" + node.op + "): input '" + n + "' is not defined before this node");
+      in.push_back(&it->second);
+    }
+    auto r = detail::infer_node(node, in);
+    types[node.name] = r.out;
+    out[node.name] = {r.out.dtype, r.out.shape};
+  }
+  for (const auto& o : graph.outputs()) {
+    auto it = types.find(o);
+    if (it == types.end()) throw Error("graph output '" + o + "' is not an input or a node of the graph");
+    if (it->second.is_bundle()) throw Error("graph output '" + o + "' is a multi-output bundle; output its slots through 'view'");
+  }
+  return out;
+}
+
+namespace {
+
+// Nested JSON arrays -> shape + flat values.
+void flatten(const Json& v, size_t depth, Shape& shape, std::vector<const Json*>& flat, const std::string& where) {
+  if (v.is_array()) {
+    if (depth == shape.size()) {
+      if (depth >= BP_MAX_RANK) throw Error(where + ": nested deeper than rank 8");
+      shape.push_back(static_cast<int64_t>(v.size()));
+    } else if (shape[depth] != static_cast<int64_t>(v.size())) {
+      throw Error(where + ": ragged nested lists (not a rectangular tensor)");
+    }
+    for (const auto& e : v) flatten(e, depth + 1, shape, flat, where);
+    return;
+  }
+  if (depth != shape.size()) throw Error(where + ": ragged nested lists (not a rectangular tensor)");
+  if (!v.is_number() && !v.is_boolean()) throw Error(where + ": values must be numbers or booleans, found " + std::string(v.type_name()));
+  flat.push_back(&v);
+}
+
+HostTensor inline_value(const Json& spec, const std::string& where) {
+  bp_dtype dtype = BP_DTYPE_F32;
+  if (spec.contains("dtype")) {
+    if (!spec["dtype"].is_string() || !dtype_from_name(spec["dtype"].get<std::string>()))
+      throw Error(where + ": unknown dtype " + spec["dtype"].dump());
+    dtype = *dtype_from_name(spec["dtype"].get<std::string>());
+  }
+  for (auto it = spec.begin(); it != spec.end(); ++it)
+    if (it.key() != "value" && it.key() != "dtype" && it.key() != "shape")
+      throw Error(where + ": unknown key '" + it.key() + "' (takes value, dtype, shape)");
+  Shape shape;
+  std::vector<const Json*> flat;
+  flatten(spec["value"], 0, shape, flat, where);
+  if (spec.contains("shape")) {
+    if (!spec["shape"].is_array()) throw Error(where + ": 'shape' must be a list of ints");
+    Shape want;
+    for (auto& d : spec["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) throw Error(where + ": 'shape' must be a list of non-negative ints");
+      want.push_back(d.get<int64_t>());
+    }
+    if (want.size() > BP_MAX_RANK) throw Error(where + ": rank exceeds 8");
+    if (!shape.empty()) {
+      if (shape != want) throw Error(where + ": value has shape " + shape_str(shape) + " but 'shape' says " + shape_str(want));
+    } else {
+      // A scalar repeated to fill the shape.
+      const Json* s = flat.front();
+      int64_t n = 1;
+      for (auto d : want) n *= d;
+      flat.assign(static_cast<size_t>(n), s);
+      shape = want;
+    }
+  }
+  HostTensor t(dtype, shape);
+  for (size_t i = 0; i < flat.size(); ++i) {
+    const Json& e = *flat[i];
+    if (e.is_boolean()) t.set_int(static_cast<int64_t>(i), e.get<bool>() ? 1 : 0);
+    else if (e.is_number_integer() && !is_float(dtype)) t.set_int(static_cast<int64_t>(i), e.get<int64_t>());
+    else if (!is_float(dtype) && e.is_number_float()) throw Error(where + ": " + e.dump() + " is not an integer for dtype " + std::string(dtype_name(dtype)));
+    else t.set(static_cast<int64_t>(i), e.get<double>());
+  }
+  return t;
+}
+
+}  // namespace
+
+GraphFile parse_graph_json(const Json& j, const std::filesystem::path& base_dir) {
+  GraphFile gf;
+  if (!j.is_object()) throw Error("graph: the top level must be an object");
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (it.key() != "inputs" && it.key() != "nodes" && it.key() != "outputs")
+      throw Error("graph: unknown key '" + it.key() + "' (takes inputs, nodes, outputs)");
+  if (!j.contains("nodes") || !j["nodes"].is_array()) throw Error("graph: 'nodes' (a list) is required");
+  if (!j.contains("outputs") || !j["outputs"].is_array()) throw Error("graph: 'outputs' (a list of names) is required");
+  if (j.contains("inputs")) {
+    if (!j["inputs"].is_object()) throw Error("graph: 'inputs' must be an object of name: source");
+    for (auto it = j["inputs"].begin(); it != j["inputs"].end(); ++it) {
+      const std::string name = it.key();
+      const std::string where = "graph input '" + name + "'";
+      const Json& spec = it.value();
+      if (spec.is_string() || (spec.is_object() && spec.contains("file"))) {
+        std::optional<bp_dtype> override_dtype;
+        std::string file;
+        if (spec.is_string()) {
+          file = spec.get<std::string>();
+        } else {
+          if (!spec["file"].is_string()) throw Error(where + ": 'file' must be a path");
+          file = spec["file"].get<std::string>();
+          for (auto k = spec.begin(); k != spec.end(); ++k)
+            if (k.key() != "file" && k.key() != "dtype") throw Error(where + ": unknown key '" + k.key() + "' (takes file, dtype)");
+          if (spec.contains("dtype")) {
+            auto d = spec["dtype"].is_string() ? dtype_from_name(spec["dtype"].get<std::string>()) : std::nullopt;
+            if (!d) throw Error(where + ": unknown dtype " + spec["dtype"].dump());
+            override_dtype = d;
+          }
+        }
+        std::filesystem::path path = file;
+        if (path.is_relative()) path = base_dir / path;
+        HostTensor t;
+        try {
+          t = read_npy(path, override_dtype);
+        } catch (const Error& e) {
+          throw Error(where + ": " + e.what());
+        }
+        gf.graph.input(name, t.dtype, t.shape);
+        gf.inputs[name] = std::move(t);
+      } else if (spec.is_object() && spec.contains("value")) {
+        gf.graph.constant(name, inline_value(spec, where));
+      } else {
+        throw Error(where + ": expected a .npy path, {\"file\": ...} or {\"value\": ...}");
+      }
+    }
+  }
+  size_t index = 0;
+  for (const auto& n : j["nodes"]) {
+    const std::string where = "graph node #" + std::to_string(index++);
+    if (!n.is_object()) throw Error(where + ": must be an object");
+    if (!n.contains("name") || !n["name"].is_string()) throw Error(where + ": 'name' (a string) is required");
+    const std::string name = n["name"];
+    const std::string w2 = "node '" + name + "'";
+    if (!n.contains("op") || !n["op"].is_string()) throw Error(w2 + ": 'op' (a string) is required");
+    for (auto it = n.begin(); it != n.end(); ++it)
+      if (it.key() != "name" && it.key() != "op" && it.key() != "inputs" && it.key() != "params")
+        throw Error(w2 + ": unknown key '" + it.key() + "' (takes name, op, inputs, params)");
+    const std::string op = n["op"];
+    if (!detail::is_known_op(op) && !detail::is_custom_op(op)) throw Error(w2 + ": unknown op '" + op + "'");
+    std::vector<std::string> ins;
+    if (n.contains("inputs")) {
+      if (!n["inputs"].is_array()) throw Error(w2 + ": 'inputs' must be a list");
+      for (const auto& i : n["inputs"]) {
+        if (i.is_null()) ins.emplace_back();
+        else if (i.is_string()) ins.push_back(i.get<std::string>());
+        else throw Error(w2 + ": inputs must be names or null");
+      }
+    }
+    Json params = n.value("params", Json::object());
+    if (!params.is_object()) throw Error(w2 + ": 'params' must be an object");
+    gf.graph.node(name, op, std::move(ins), std::move(params));
+  }
+  for (const auto& o : j["outputs"]) {
+    if (!o.is_string()) throw Error("graph: outputs must be names");
+    gf.graph.output(o.get<std::string>());
+  }
+  return gf;
+}
+
+GraphFile load_graph_file(const std::filesystem::path& path) {
+  std::ifstream f(path);
+  if (!f) throw Error("graph file " + path.string() + ": cannot open");
+  Json j;
+  try {
+    j = Json::parse(f);
+  } catch (const std::exception& e) {
+    throw Error("graph file " + path.string() + ": malformed JSON: " + e.what());
+  }
+  try {
+    return parse_graph_json(j, path.parent_path());
+  } catch (const Error& e) {
+    throw Error("graph file " + path.string() + ": " + e.what());
+  }
+}
+
+}  // namespace backplane

@@ -1,0 +1,52 @@
+// The op vocabulary of OPS.md: params parsing (strict) and shape/dtype
+// inference, independent of any device.
+#pragma once
+
+#include <backplane/backplane.hpp>
+
+#include <functional>
+
+namespace backplane::detail {
+
+struct ValueType {
+  bp_dtype dtype = BP_DTYPE_INVALID;
+  Shape shape;
+  // Bundles (multi-output ops): one entry per slot; dtype/shape above are slot 0's.
+  std::vector<std::pair<bp_dtype, Shape>> slots;
+  bool is_bundle() const { return !slots.empty(); }
+};
+
+enum class OpClass {
+  Kernel,   // runs a device kernel
+  View,     // layout-only (permute, slice, ...): no kernel, no copy
+  Reshape,  // view when possible, else contiguous copy
+  Slot,     // view of a bundle slot
+  SlotCopy  // view_owned: copy of a bundle slot
+};
+
+// How the host canonicalises a kernel's input layouts (see abi.h).
+enum class Canon { None, Broadcast, Matmul };
+
+struct InferredNode {
+  OpClass cls = OpClass::Kernel;
+  Canon canon = Canon::None;
+  bp_op_params params{};
+  ValueType out;
+  // For View/Reshape: turns the input layout into the output layout (may
+  // return nullopt for a Reshape that needs a copy).
+  std::function<std::optional<Layout>(const Layout&)> view;
+  int64_t slot = -1;  // Slot/SlotCopy
+};
+
+// Infers one node. Inputs' ValueTypes are nullptr for absent optional inputs.
+// Throws Error whose message names the node and the op.
+InferredNode infer_node(const Node& node, const std::vector<const ValueType*>& inputs);
+
+bool is_known_op(const std::string& op);
+bool is_custom_op(const std::string& op);  // vendor.op
+std::vector<std::string> known_ops();
+
+// Rank-normalised dim, or an Error naming `what`.
+int64_t normalize_dim(int64_t dim, int64_t rank, const std::string& what);
+
+}  // namespace backplane::detail

@@ -1,0 +1,301 @@
+// Manifests, plugin loading through Boost.DLL, version negotiation and the
+// check that a library registers exactly what its manifest says.
+#include "plugin.hpp"
+
+#include "json_schema.hpp"
+
+#include <boost/dll/import.hpp>
+
+#include <fstream>
+#include <sstream>
+
+namespace backplane {
+
+namespace {
+
+std::string sv(bp_string s) { return s.data ? std::string(s.data, s.len) : std::string(); }
+
+const char* layout_name(bp_layout_capability c) { return c == BP_LAYOUT_STRIDED ? "strided" : "contiguous"; }
+
+using EntryFn = bp_status_code(const bp_plugin_query*, const bp_plugin_api**);
+
+// Reads the fields of a plugin API table that its struct_size says exist.
+template <typename T> bool has_field(const bp_plugin_api* api, T bp_plugin_api::*member) {
+  const auto offset = reinterpret_cast<size_t>(&(static_cast<bp_plugin_api*>(nullptr)->*member));
+  return api->struct_size >= offset + sizeof(T);
+}
+
+}  // namespace
+
+std::string kernel_signature(const KernelInfo& k) {
+  std::string s = k.op + "(";
+  for (size_t i = 0; i + 1 < k.dtypes.size(); ++i)
+    s += std::string(i ? ", " : "") + std::string(dtype_name(k.dtypes[i]));
+  if (k.variadic) s += "...";
+  s += ") -> " + std::string(k.dtypes.empty() ? "?" : dtype_name(k.dtypes.back()));
+  if (k.bundle_slots) s += " bundle[" + std::to_string(k.bundle_slots) + "]";
+  s += " [";
+  for (size_t i = 0; i < k.layouts.size(); ++i) s += std::string(i ? ", " : "") + layout_name(k.layouts[i]);
+  return s + "]";
+}
+
+PluginInfo parse_manifest(const std::filesystem::path& path) {
+  const std::string where = "manifest " + path.string();
+  std::ifstream f(path);
+  if (!f) throw Error(where + ": cannot open");
+  Json j;
+  try {
+    j = Json::parse(f);
+  } catch (const std::exception& e) {
+    throw Error(where + ": malformed JSON: " + e.what());
+  }
+  if (auto err = detail::validate_json(detail::manifest_schema(), j)) throw Error(where + ": " + *err);
+  const auto& p = j["plugin"];
+  PluginInfo info;
+  info.manifest_path = path;
+  info.name = p["name"];
+  info.version = p["version"];
+  info.abi_version = p["abi_version"];
+  info.device_kind = p["device_kind"];
+  info.description = p.value("description", "");
+  std::filesystem::path lib = p["library_path"].get<std::string>();
+  info.library_path = lib.is_absolute() ? lib : path.parent_path() / lib;
+  for (size_t i = 0; i < p["kernels"].size(); ++i) {
+    const auto& k = p["kernels"][i];
+    KernelInfo ki;
+    ki.op = k["op"];
+    for (auto& d : k["dtypes"]) ki.dtypes.push_back(*dtype_from_name(d.get<std::string>()));
+    for (auto& l : k["layouts"]) ki.layouts.push_back(l == "strided" ? BP_LAYOUT_STRIDED : BP_LAYOUT_CONTIGUOUS);
+    ki.bundle_slots = k.value("bundle_slots", 0u);
+    ki.variadic = k.value("variadic", false);
+    if (ki.layouts.size() + 1 != ki.dtypes.size())
+      throw Error(where + ": kernel #" + std::to_string(i) + " (" + ki.op + ") has " + std::to_string(ki.dtypes.size()) +
+                  " dtypes for " + std::to_string(ki.layouts.size()) + " inputs (expected inputs + 1)");
+    info.kernels.push_back(std::move(ki));
+  }
+  return info;
+}
+
+Json manifest_to_json(const PluginInfo& info) {
+  Json kernels = Json::array();
+  for (const auto& k : info.kernels) {
+    Json e;
+    e["op"] = k.op;
+    e["dtypes"] = Json::array();
+    for (auto d : k.dtypes) e["dtypes"].push_back(std::string(dtype_name(d)));
+    e["layouts"] = Json::array();
+    for (auto l : k.layouts) e["layouts"].push_back(layout_name(l));
+    if (k.bundle_slots) e["bundle_slots"] = k.bundle_slots;
+    if (k.variadic) e["variadic"] = true;
+    kernels.push_back(std::move(e));
+  }
+  Json p;
+  p["name"] = info.name;
+  p["version"] = info.version;
+  p["library_path"] = info.library_path.filename().string();
+  p["abi_version"] = info.abi_version;
+  p["device_kind"] = info.device_kind;
+  if (!info.description.empty()) p["description"] = info.description;
+  p["kernels"] = std::move(kernels);
+  return Json{{"file_format_version", "1.0.0"}, {"plugin", std::move(p)}};
+}
+
+std::vector<KernelInfo> kernels_of(const bp_plugin_api* api) {
+  std::vector<KernelInfo> out;
+  if (!api->kernels) return out;
+  for (size_t i = 0; i < api->n_kernels; ++i) {
+    const bp_kernel_desc& d = api->kernels[i];
+    KernelInfo k;
+    k.op = sv(d.op);
+    if (d.dtypes) k.dtypes.assign(d.dtypes, d.dtypes + d.n_dtypes);
+    if (d.input_layouts)
+      for (uint32_t j = 0; j < d.n_inputs; ++j)
+        k.layouts.push_back(d.input_layouts[j] == BP_LAYOUT_STRIDED ? BP_LAYOUT_STRIDED : BP_LAYOUT_CONTIGUOUS);
+    k.bundle_slots = d.bundle_slots;
+    k.variadic = (d.flags & BP_KERNEL_FLAG_VARIADIC) != 0;
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+namespace {
+
+// Opens a library and runs the version handshake. Throws Error with a message
+// that names the library.
+const bp_plugin_api* open_library(boost::dll::shared_library& lib, const std::filesystem::path& path,
+                                  const std::string& who) {
+  if (!std::filesystem::exists(path)) throw Error(who + ": library " + path.string() + " does not exist");
+  try {
+    // rtld_now: a missing symbol fails here, not in the middle of a kernel.
+    lib.load(boost::dll::fs::path(path.string()),
+             boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    throw Error(who + ": cannot load " + path.string() + ": " + e.what());
+  }
+  if (!lib.has(BP_PLUGIN_ENTRY_SYMBOL))
+    throw Error(who + ": " + path.string() + " does not export the entry symbol '" BP_PLUGIN_ENTRY_SYMBOL "'");
+  auto& entry = lib.get<EntryFn>(BP_PLUGIN_ENTRY_SYMBOL);
+  char reason[512] = {0};
+  bp_plugin_query q{};
+  q.struct_size = sizeof q;
+  q.min_major = BP_ABI_VERSION_MAJOR;
+  q.max_major = BP_ABI_VERSION_MAJOR;
+  q.max_minor = BP_ABI_VERSION_MINOR;
+  q.error_buffer = reason;
+  q.error_buffer_size = sizeof reason;
+  const bp_plugin_api* api = nullptr;
+  const bp_status_code rc = entry(&q, &api);
+  reason[sizeof reason - 1] = 0;
+  if (rc != BP_OK || api == nullptr)
+    throw Error(who + ": the plugin refused ABI " + std::to_string(BP_ABI_VERSION_MAJOR) + "." +
+                std::to_string(BP_ABI_VERSION_MINOR) + (reason[0] ? std::string(": ") + reason : std::string()));
+  if (api->struct_size < offsetof(bp_plugin_api, infer_custom_op))
+    throw Error(who + ": API table too small (struct_size " + std::to_string(api->struct_size) + ")");
+  if (api->abi_major != BP_ABI_VERSION_MAJOR)
+    throw Error(who + ": plugin speaks ABI major " + std::to_string(api->abi_major) + "; this host speaks " +
+                std::to_string(BP_ABI_VERSION_MAJOR));
+  for (auto fn : {reinterpret_cast<const void*>(api->error_code), reinterpret_cast<const void*>(api->error_message),
+                  reinterpret_cast<const void*>(api->error_destroy), reinterpret_cast<const void*>(api->initialize),
+                  reinterpret_cast<const void*>(api->device_count), reinterpret_cast<const void*>(api->device_get),
+                  reinterpret_cast<const void*>(api->device_info), reinterpret_cast<const void*>(api->buffer_allocate),
+                  reinterpret_cast<const void*>(api->buffer_free), reinterpret_cast<const void*>(api->buffer_read),
+                  reinterpret_cast<const void*>(api->buffer_write)})
+    if (fn == nullptr) throw Error(who + ": API table lacks a required function");
+  for (size_t i = 0; i < api->n_kernels; ++i)
+    if (api->kernels[i].fn == nullptr || api->kernels[i].n_dtypes != api->kernels[i].n_inputs + 1)
+      throw Error(who + ": kernel #" + std::to_string(i) + " (" + sv(api->kernels[i].op) + ") is malformed");
+  return api;
+}
+
+}  // namespace
+
+PluginInfo inspect_plugin_library(const std::filesystem::path& library) {
+  boost::dll::shared_library lib;
+  const auto* api = open_library(lib, library, "library " + library.string());
+  PluginInfo info;
+  info.name = sv(api->name);
+  info.version = sv(api->version);
+  info.abi_version = std::to_string(api->abi_major) + "." + std::to_string(api->abi_minor);
+  info.library_path = library;
+  info.kernels = kernels_of(api);
+  return info;
+}
+
+Plugin::~Plugin() { unload(); }
+
+std::string Plugin::take_error(bp_error* e) const {
+  if (!e) return {};
+  std::string msg = sv(api_->error_message(e));
+  const auto code = api_->error_code(e);
+  api_->error_destroy(e);
+  if (msg.empty()) msg = "error code " + std::to_string(code);
+  return msg;
+}
+
+void Plugin::check(bp_error* e, const std::string& what) const {
+  if (!e) return;
+  const auto code = api_->error_code(e);
+  throw Error(what + ": " + take_error(e), code);
+}
+
+void Plugin::reject(const std::string& why) {
+  devices_.clear();
+  if (initialized_ && api_ && api_->shutdown) api_->shutdown();
+  initialized_ = false;
+  api_ = nullptr;
+  index_.clear();
+  if (lib_.is_loaded()) lib_.unload();
+  info_.state = PluginState::Rejected;
+  info_.rejection = why;
+}
+
+void Plugin::load(const bp_host_api* host) {
+  if (info_.state != PluginState::NotLoaded) return;
+  const std::string who = "plugin '" + info_.name + "'";
+  try {
+    api_ = open_library(lib_, info_.library_path, who);
+    // The library must be what its manifest says, exactly.
+    if (sv(api_->name) != info_.name)
+      throw Error(who + ": library registers name '" + sv(api_->name) + "', manifest says '" + info_.name + "'");
+    if (sv(api_->version) != info_.version)
+      throw Error(who + ": library registers version '" + sv(api_->version) + "', manifest says '" + info_.version + "'");
+    const std::string abi = std::to_string(api_->abi_major) + "." + std::to_string(api_->abi_minor);
+    if (abi != info_.abi_version)
+      throw Error(who + ": library speaks ABI " + abi + ", manifest says " + info_.abi_version);
+    const auto table = kernels_of(api_);
+    const auto& want = info_.kernels;
+    for (size_t i = 0; i < std::max(table.size(), want.size()); ++i) {
+      if (i < table.size() && i < want.size() && table[i] == want[i]) continue;
+      if (i >= table.size())
+        throw Error(who + ": manifest lists kernel #" + std::to_string(i) + " " + kernel_signature(want[i]) +
+                    " that the library does not register (library has " + std::to_string(table.size()) + ", manifest " +
+                    std::to_string(want.size()) + ")");
+      if (i >= want.size())
+        throw Error(who + ": library registers kernel #" + std::to_string(i) + " " + kernel_signature(table[i]) +
+                    " that the manifest does not list (library has " + std::to_string(table.size()) + ", manifest " +
+                    std::to_string(want.size()) + ")");
+      throw Error(who + ": kernel #" + std::to_string(i) + " differs: manifest says " + kernel_signature(want[i]) +
+                  ", library registers " + kernel_signature(table[i]));
+    }
+    for (size_t i = 0; i < table.size(); ++i) index_[{table[i].op, table[i].dtypes}] = static_cast<int>(i);
+
+    check(api_->initialize(host), who + ": initialize failed");
+    initialized_ = true;
+    const uint32_t n = api_->device_count();
+    for (uint32_t i = 0; i < n; ++i) {
+      auto dev = std::unique_ptr<Device>(new Device());
+      dev->plugin_ = this;
+      check(api_->device_get(i, &dev->handle_), who + ": device " + std::to_string(i));
+      dev->info_.struct_size = sizeof(bp_device_info);
+      check(api_->device_info(dev->handle_, &dev->info_), who + ": device " + std::to_string(i));
+      dev->name_ = sv(dev->info_.name);
+      dev->kind_ = sv(dev->info_.kind);
+      dev->description_ = sv(dev->info_.description);
+      if (dev->name_.empty()) throw Error(who + ": device " + std::to_string(i) + " has no name");
+      if (dev->info_.buffer_alignment == 0) dev->info_.buffer_alignment = 16;
+      dev->supported_.assign(table.size(), true);
+      if (api_->device_supports_kernel)
+        for (size_t k = 0; k < table.size(); ++k) {
+          bool ok = true;
+          check(api_->device_supports_kernel(dev->handle_, static_cast<uint32_t>(k), &ok), who + ": device_supports_kernel");
+          dev->supported_[k] = ok;
+        }
+      devices_.push_back(std::move(dev));
+    }
+    info_.state = PluginState::Loaded;
+  } catch (const std::exception& e) {
+    reject(e.what());
+  }
+}
+
+void Plugin::unload() {
+  if (info_.state != PluginState::Loaded) return;
+  devices_.clear();
+  if (initialized_ && api_->shutdown) api_->shutdown();
+  initialized_ = false;
+  api_ = nullptr;
+  index_.clear();
+  lib_.unload();
+  info_.state = PluginState::NotLoaded;
+}
+
+int Plugin::find_kernel(const std::string& op, const std::vector<bp_dtype>& key) const {
+  auto it = index_.find({op, key});
+  return it == index_.end() ? -1 : it->second;
+}
+
+// ---- Device ------------------------------------------------------------------
+
+Device::~Device() = default;
+
+const std::string& Device::plugin_name() const { return plugin_->info().name; }
+
+std::vector<KernelInfo> Device::kernels() const {
+  std::vector<KernelInfo> out;
+  const auto& all = plugin_->info().kernels;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (i < supported_.size() && supported_[i]) out.push_back(all[i]);
+  return out;
+}
+
+}  // namespace backplane

@@ -1,0 +1,235 @@
+// Runtime: manifest discovery, lazy plugin loading, device selection and the
+// host API table handed to plugins.
+#include "runtime_impl.hpp"
+
+#include <boost/dll/runtime_symbol_info.hpp>
+
+#include <sys/auxv.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <set>
+
+namespace backplane {
+
+namespace {
+
+// Environment variables are ignored in set-uid/set-gid programs.
+const char* safe_getenv(const char* name) {
+  if (getauxval(AT_SECURE)) return nullptr;
+  return std::getenv(name);
+}
+
+void host_log(void* ctx, bp_log_level level, bp_string message) {
+  auto* impl = static_cast<Runtime::Impl*>(ctx);
+  if (level < impl->log_level) return;
+  static const char* names[] = {"debug", "info", "warning", "error"};
+  const int li = std::clamp(static_cast<int>(level), 0, 3);
+  std::fprintf(stderr, "backplane [%s] %.*s\n", names[li], static_cast<int>(message.len), message.data ? message.data : "");
+}
+
+void host_parallel_for(void* ctx, int64_t n, int64_t grain, bp_parallel_fn fn, void* user) {
+  static_cast<Runtime::Impl*>(ctx)->pool->parallel_for(n, grain, fn, user);
+}
+
+uint32_t host_num_threads(void* ctx) { return static_cast<Runtime::Impl*>(ctx)->pool->size(); }
+
+std::vector<std::string> split_path_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(':', start);
+    const std::string part = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!part.empty()) out.push_back(part);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::filesystem::path default_plugin_dir() {
+  // The folder beside the core library: <libdir>/backplane.
+  const auto self = boost::dll::this_line_location();
+  return std::filesystem::path(self.parent_path().string()) / "backplane";
+}
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::~Runtime() {
+  // Plugins first (their devices may use the pool), then the pool.
+  if (impl_) impl_->plugins.clear();
+}
+
+std::unique_ptr<Runtime> Runtime::create(RuntimeOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  // Threads.
+  int threads = options.num_threads;
+  if (threads <= 0 && options.use_environment)
+    if (const char* env = safe_getenv("BACKPLANE_NUM_THREADS")) threads = std::atoi(env);
+  if (threads <= 0) threads = static_cast<int>(detail::available_cores());
+  impl->pool = std::make_unique<detail::ThreadPool>(static_cast<unsigned>(threads));
+  if (options.use_environment)
+    if (const char* env = safe_getenv("BACKPLANE_LOG")) impl->log_level = static_cast<bp_log_level>(std::atoi(env));
+
+  impl->host.struct_size = sizeof(bp_host_api);
+  impl->host.abi_major = BP_ABI_VERSION_MAJOR;
+  impl->host.abi_minor = BP_ABI_VERSION_MINOR;
+  impl->host.host_ctx = impl.get();
+  impl->host.log = host_log;
+  impl->host.parallel_for = host_parallel_for;
+  impl->host.num_threads = host_num_threads;
+
+  // Search path: the install's own folder, BACKPLANE_PLUGIN_PATH, then code.
+  std::vector<std::filesystem::path> dirs;
+  if (options.use_default_path) dirs.push_back(default_plugin_dir());
+  if (options.use_environment)
+    if (const char* env = safe_getenv("BACKPLANE_PLUGIN_PATH"))
+      for (auto& p : split_path_list(env)) dirs.emplace_back(p);
+  for (auto& p : options.plugin_paths) dirs.push_back(p);
+
+  std::set<std::string> seen_names;
+  std::set<std::filesystem::path> seen_files;
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) continue;
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.path().extension() == ".json") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      const auto canon = std::filesystem::weakly_canonical(f, ec);
+      if (!seen_files.insert(canon).second) continue;
+      try {
+        PluginInfo info = parse_manifest(f);
+        if (!seen_names.insert(info.name).second) {
+          // First one on the search path wins, like PATH.
+          impl->manifest_errors.emplace_back(f, "plugin '" + info.name + "' already found earlier on the search path; ignored");
+          continue;
+        }
+        impl->plugins.push_back(std::make_unique<Plugin>(std::move(info)));
+      } catch (const std::exception& e) {
+        impl->manifest_errors.emplace_back(f, e.what());
+      }
+    }
+  }
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+const std::vector<PluginInfo>& Runtime::plugins() const {
+  impl_->infos.clear();
+  for (auto& p : impl_->plugins) impl_->infos.push_back(p->info());
+  return impl_->infos;
+}
+
+const std::vector<std::pair<std::filesystem::path, std::string>>& Runtime::manifest_errors() const {
+  return impl_->manifest_errors;
+}
+
+uint32_t Runtime::num_threads() const { return impl_->pool->size(); }
+
+void Runtime::load_all() {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  for (auto& p : impl_->plugins) p->load(&impl_->host);
+}
+
+std::vector<DeviceListing> Runtime::devices() const {
+  std::vector<DeviceListing> out;
+  for (auto& p : impl_->plugins) {
+    const auto& info = p->info();
+    if (p->loaded()) {
+      for (auto& d : p->devices()) {
+        DeviceListing l{d->name(), d->kind(), d->description(), info.name, info.manifest_path, info.state, "", d->kernels().size()};
+        out.push_back(std::move(l));
+      }
+      if (p->devices().empty())
+        out.push_back({info.name, info.device_kind, "no devices found", info.name, info.manifest_path, info.state, "", 0});
+    } else {
+      out.push_back({info.name, info.device_kind, info.description, info.name, info.manifest_path, info.state,
+                     info.rejection, info.kernels.size()});
+    }
+  }
+  return out;
+}
+
+std::vector<Device*> Runtime::all_devices() {
+  load_all();
+  std::vector<Device*> out;
+  for (auto& p : impl_->plugins)
+    if (p->loaded())
+      for (auto& d : p->devices()) out.push_back(d.get());
+  return out;
+}
+
+Device& Runtime::device(const std::string& selector_in) {
+  std::string selector = selector_in;
+  if (selector == "auto" && impl_->options.use_environment)
+    if (const char* env = safe_getenv("BACKPLANE_DEVICE"); env && *env) selector = env;
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  auto ensure = [&](Plugin& p) { p.load(&impl_->host); };
+  std::string rejected;
+  auto note_rejection = [&](const Plugin& p) {
+    if (p.rejected()) rejected += "\n  plugin '" + p.info().name + "' was rejected: " + p.info().rejection;
+  };
+  // Exact device name or plugin name; plugin names and device names are
+  // matched without loading unrelated plugins where the name says which.
+  for (auto& p : impl_->plugins) {
+    const auto& name = p->info().name;
+    const bool plugin_match = name == selector;
+    const bool prefix_match = selector.rfind(name, 0) == 0;  // "vulkan0" starts with "vulkan"
+    if (!plugin_match && !prefix_match) continue;
+    ensure(*p);
+    note_rejection(*p);
+    if (!p->loaded()) continue;
+    for (auto& d : p->devices())
+      if (d->name() == selector) return *d;
+    if (plugin_match && !p->devices().empty()) return *p->devices().front();
+  }
+  if (selector == "auto" || selector == "gpu" || selector == "cpu" || selector == "accelerator") {
+    for (auto& p : impl_->plugins) {
+      ensure(*p);
+      note_rejection(*p);
+    }
+    auto pick = [&](const std::string& kind) -> Device* {
+      for (auto& p : impl_->plugins)
+        if (p->loaded())
+          for (auto& d : p->devices())
+            if (d->kind() == kind) return d.get();
+      return nullptr;
+    };
+    if (selector != "auto") {
+      if (auto* d = pick(selector)) return *d;
+    } else {
+      for (const char* kind : {"gpu", "accelerator", "cpu"})
+        if (auto* d = pick(kind)) return *d;
+    }
+  } else {
+    // Any other device name: load everything and look.
+    for (auto& p : impl_->plugins) {
+      ensure(*p);
+      if (p->loaded())
+        for (auto& d : p->devices())
+          if (d->name() == selector) return *d;
+    }
+  }
+  std::string known;
+  for (auto& p : impl_->plugins) {
+    note_rejection(*p);
+    if (p->loaded())
+      for (auto& d : p->devices()) known += (known.empty() ? "" : ", ") + d->name();
+  }
+  throw Error("no device matches '" + selector + "'" + (known.empty() ? "" : " (devices: " + known + ")") +
+                  (impl_->plugins.empty() ? " (no plugin manifests were found; set BACKPLANE_PLUGIN_PATH)" : "") + rejected,
+              BP_ERR_UNAVAILABLE);
+}
+
+std::map<std::string, HostTensor> Runtime::run_graph(const Graph& graph, Device& device,
+                                                     const std::map<std::string, HostTensor>& inputs) {
+  Plan plan = compile(graph, device);
+  return plan.run(inputs);
+}
+
+}  // namespace backplane

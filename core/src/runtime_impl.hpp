@@ -1,0 +1,23 @@
+#pragma once
+
+#include "plugin.hpp"
+#include "thread_pool.hpp"
+
+#include <mutex>
+
+namespace backplane {
+
+struct Runtime::Impl {
+  RuntimeOptions options;
+  std::unique_ptr<detail::ThreadPool> pool;
+  bp_host_api host{};
+  bp_log_level log_level = BP_LOG_WARNING;
+  std::vector<std::unique_ptr<Plugin>> plugins;
+  std::vector<std::pair<std::filesystem::path, std::string>> manifest_errors;
+  mutable std::vector<PluginInfo> infos;
+  std::mutex mu;  // plugin loading
+};
+
+std::filesystem::path default_plugin_dir();
+
+}  // namespace backplane
