@@ -1,0 +1,203 @@
+// `backplane bench`: per-op timings through reused plans (what an
+// application pays per run once its plan is built).
+#include "commands.hpp"
+
+#include <backplane/backplane.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <random>
+
+namespace backplane::cli {
+
+namespace {
+
+struct Case {
+  std::string name;
+  Graph graph;
+  std::map<std::string, HostTensor> inputs;
+  double bytes = 0;  // memory traffic of one run, for GB/s
+  double flops = 0;  // for GFLOP/s
+};
+
+HostTensor filled(Shape shape, uint32_t seed) {
+  HostTensor t(BP_DTYPE_F32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  float* p = t.as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  return t;
+}
+
+Case unary_case(const std::string& name, const std::string& op, Shape shape, Json params, double out_elems) {
+  Case c{name, {}, {}, 0, 0};
+  c.graph.input("x", BP_DTYPE_F32, shape);
+  c.graph.node("y", op, {"x"}, params);
+  c.graph.output("y");
+  double n = 1;
+  for (auto d : shape) n *= static_cast<double>(d);
+  c.inputs["x"] = filled(shape, 1);
+  c.bytes = 4 * (n + out_elems);
+  return c;
+}
+
+Case binary_case(const std::string& name, Shape a, Shape b, bool transpose_a) {
+  Case c{name, {}, {}, 0, 0};
+  c.graph.input("a", BP_DTYPE_F32, a);
+  c.graph.input("b", BP_DTYPE_F32, b);
+  std::string lhs = "a";
+  if (transpose_a) {
+    c.graph.node("at", "transpose", {"a"}, {{"dim0", 0}, {"dim1", 1}});
+    lhs = "at";
+  }
+  c.graph.node("y", "add", {lhs, "b"});
+  c.graph.output("y");
+  c.inputs["a"] = filled(a, 1);
+  c.inputs["b"] = filled(b, 2);
+  auto numel = [](const Shape& s) {
+    double n = 1;
+    for (auto d : s) n *= static_cast<double>(d);
+    return n;
+  };
+  c.bytes = 4 * (numel(a) + numel(b) + std::max(numel(a), numel(b)));
+  return c;
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  const int64_t M = 4096;
+  cases.push_back(binary_case("add_16M", {16 << 20}, {16 << 20}, false));
+  cases.push_back(binary_case("add_bcast_col", {M, M}, {M, 1}, false));
+  cases.push_back(binary_case("add_bcast_row", {M, M}, {1, M}, false));
+  cases.push_back(binary_case("add_transposed", {M, M}, {M, M}, true));
+  cases.push_back(unary_case("sum_dim-1", "sum", {M, M}, {{"dims", {-1}}}, M));
+  cases.push_back(unary_case("sum_dim0", "sum", {M, M}, {{"dims", {0}}}, M));
+  cases.push_back(unary_case("softmax_dim-1", "softmax", {M, M}, {{"dim", -1}}, double(M) * M));
+  {
+    Case c = unary_case("topk8_dim-1", "topk", {M, M}, {{"k", 8}, {"dim", -1}}, 0);
+    c.graph = Graph();
+    c.graph.input("x", BP_DTYPE_F32, {M, M});
+    c.graph.node("t", "topk", {"x"}, {{"k", 8}, {"dim", -1}});
+    c.graph.node("v", "view", {"t"}, {{"slot", 0}});
+    c.graph.node("i", "view", {"t"}, {{"slot", 1}});
+    c.graph.output("v");
+    c.graph.output("i");
+    cases.push_back(std::move(c));
+  }
+  {
+    Case c = unary_case("var_mean_dim-1", "var_mean", {M, M}, {}, 2.0 * M);
+    c.graph = Graph();
+    c.graph.input("x", BP_DTYPE_F32, {M, M});
+    c.graph.node("t", "var_mean", {"x"}, {{"dims", {-1}}});
+    c.graph.node("v", "view", {"t"}, {{"slot", 0}});
+    c.graph.node("m", "view", {"t"}, {{"slot", 1}});
+    c.graph.output("v");
+    c.graph.output("m");
+    cases.push_back(std::move(c));
+  }
+  for (int64_t n : {1024, 2048}) {
+    Case c{"matmul_" + std::to_string(n), {}, {}, 0, 2.0 * n * n * n};
+    c.graph.input("a", BP_DTYPE_F32, {n, n});
+    c.graph.input("b", BP_DTYPE_F32, {n, n});
+    c.graph.node("y", "matmul", {"a", "b"});
+    c.graph.output("y");
+    c.inputs["a"] = filled({n, n}, 1);
+    c.inputs["b"] = filled({n, n}, 2);
+    cases.push_back(std::move(c));
+  }
+  {
+    Case c{"conv2d_n8c64_56_k64_3x3", {}, {}, 0, 2.0 * 8 * 64 * 56 * 56 * 64 * 9};
+    c.graph.input("x", BP_DTYPE_F32, {8, 64, 56, 56});
+    c.graph.input("w", BP_DTYPE_F32, {64, 64, 3, 3});
+    c.graph.node("y", "conv2d", {"x", "w"}, {{"padding", 1}});
+    c.graph.output("y");
+    c.inputs["x"] = filled({8, 64, 56, 56}, 1);
+    c.inputs["w"] = filled({64, 64, 3, 3}, 2);
+    cases.push_back(std::move(c));
+  }
+  cases.push_back(binary_case("add_1elem_per_call", {1}, {1}, false));
+  {
+    // 100 small dependent ops in one plan: the cost per dispatch/kernel call.
+    Case c{"chain100_add_4K", {}, {}, 0, 0};
+    c.graph.input("x", BP_DTYPE_F32, {4096});
+    std::string prev = "x";
+    for (int i = 0; i < 100; ++i) {
+      const std::string name = "y" + std::to_string(i);
+      c.graph.node(name, "add", {prev, "x"});
+      prev = name;
+    }
+    c.graph.output(prev);
+    c.inputs["x"] = filled({4096}, 1);
+    c.bytes = 100.0 * 3 * 4 * 4096;
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+}  // namespace
+
+int cmd_bench(const Args& in) {
+  Args args = in;
+  const std::string device_name = take_option(args, "--device", "cpu");
+  const std::string filter = take_option(args, "--filter");
+  const int threads = std::stoi(take_option(args, "--threads", "0"));
+  const double min_time = std::stod(take_option(args, "--min-time", "0.3"));
+  const bool json = take_switch(args, "--json");
+  reject_leftovers(args);
+
+  RuntimeOptions opts;
+  opts.num_threads = threads;
+  auto rt = Runtime::create(opts);
+  Device& dev = rt->device(device_name);
+  Json results = Json::array();
+  if (!json) std::printf("device %s (%s), %u threads\n%-26s %12s %12s\n", dev.name().c_str(), dev.description().c_str(), rt->num_threads(), "case", "time", "rate");
+  for (auto& c : all_cases()) {
+    if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+    try {
+      Plan plan = rt->compile(c.graph, dev);
+      for (auto& [name, t] : c.inputs) plan.set_input(name, t);
+      plan.execute();  // warm up: first touch of every buffer
+      std::vector<double> times;
+      using clock = std::chrono::steady_clock;
+      const auto start = clock::now();
+      // Batches of runs, so that tiny ops are timed above clock resolution.
+      int batch = 1;
+      while (true) {
+        const auto t0 = clock::now();
+        for (int i = 0; i < batch; ++i) plan.execute();
+        const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+        if (dt < 1e-3 && batch < (1 << 20)) {
+          batch *= 10;
+          continue;
+        }
+        times.push_back(dt / batch);
+        if (std::chrono::duration<double>(clock::now() - start).count() > min_time && times.size() >= 5) break;
+      }
+      std::sort(times.begin(), times.end());
+      const double t = times[times.size() / 2];
+      std::string rate;
+      char buf[64];
+      if (c.flops > 0) std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", c.flops / t / 1e9), rate = buf;
+      else if (c.bytes > 0) std::snprintf(buf, sizeof buf, "%.1f GB/s", c.bytes / t / 1e9), rate = buf;
+      if (json) {
+        results.push_back({{"case", c.name}, {"device", dev.name()}, {"threads", rt->num_threads()}, {"seconds", t},
+                           {"gbps", c.bytes > 0 ? c.bytes / t / 1e9 : 0.0}, {"gflops", c.flops > 0 ? c.flops / t / 1e9 : 0.0}});
+      } else {
+        if (t < 1e-3) std::snprintf(buf, sizeof buf, "%.3f us", t * 1e6);
+        else std::snprintf(buf, sizeof buf, "%.3f ms", t * 1e3);
+        std::printf("%-26s %12s %12s\n", c.name.c_str(), buf, rate.c_str());
+      }
+    } catch (const std::exception& e) {
+      if (json) results.push_back({{"case", c.name}, {"device", dev.name()}, {"error", e.what()}});
+      else std::printf("%-26s failed: %s\n", c.name.c_str(), e.what());
+    }
+    std::fflush(stdout);
+  }
+  if (json) std::cout << results.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace backplane::cli

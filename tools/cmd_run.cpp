@@ -1,0 +1,67 @@
+#include "commands.hpp"
+
+#include <backplane/backplane.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+namespace backplane::cli {
+
+namespace {
+std::string preview(const HostTensor& t) {
+  std::string s = "[";
+  const int64_t n = std::min<int64_t>(t.numel(), 6);
+  for (int64_t i = 0; i < n; ++i) {
+    char buf[32];
+    if (is_float(t.dtype)) std::snprintf(buf, sizeof buf, "%.6g", t.get(i));
+    else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(t.get_int(i)));
+    s += (i ? ", " : "") + std::string(buf);
+  }
+  if (t.numel() > n) s += ", ...";
+  return s + "]";
+}
+}  // namespace
+
+int cmd_run(const Args& in) {
+  Args args = in;
+  const std::string device_name = take_option(args, "--device", "auto");
+  const std::string out_dir = take_option(args, "--out");
+  const bool json = take_switch(args, "--json");
+  if (args.empty()) throw Error("run needs a graph file: backplane run GRAPH.json [--device NAME] [--out DIR]");
+  const std::filesystem::path graph_path = args.front();
+  args.erase(args.begin());
+  reject_leftovers(args);
+
+  GraphFile gf = load_graph_file(graph_path);
+  auto rt = Runtime::create();
+  Device& dev = rt->device(device_name);
+  const auto t0 = std::chrono::steady_clock::now();
+  Plan plan = rt->compile(gf.graph, dev);
+  const auto t1 = std::chrono::steady_clock::now();
+  auto outputs = plan.run(gf.inputs);
+  const auto t2 = std::chrono::steady_clock::now();
+  if (!out_dir.empty()) {
+    std::filesystem::create_directories(out_dir);
+    for (const auto& [name, t] : outputs) write_npy(std::filesystem::path(out_dir) / (name + ".npy"), t);
+  }
+  const double compile_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  const double run_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
+  if (json) {
+    Json j{{"device", dev.name()}, {"compile_ms", compile_ms}, {"run_ms", run_ms}, {"outputs", Json::object()}};
+    for (const auto& [name, t] : outputs)
+      j["outputs"][name] = {{"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape},
+                            {"file", out_dir.empty() ? "" : (std::filesystem::path(out_dir) / (name + ".npy")).string()}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("ran %s on %s (%s): compile %.2f ms, run %.2f ms\n", graph_path.string().c_str(), dev.name().c_str(),
+              dev.description().c_str(), compile_ms, run_ms);
+  for (const auto& [name, t] : outputs)
+    std::printf("  %-12s %-4s %-16s %s\n", name.c_str(), std::string(dtype_name(t.dtype)).c_str(), shape_str(t.shape).c_str(),
+                preview(t).c_str());
+  if (!out_dir.empty()) std::printf("outputs written to %s/<name>.npy\n", out_dir.c_str());
+  return 0;
+}
+
+}  // namespace backplane::cli

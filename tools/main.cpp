@@ -1,0 +1,92 @@
+// The `backplane` command: how a newcomer meets the project, and how tools
+// outside C++ drive it.
+#include "commands.hpp"
+
+#include <backplane/backplane.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+namespace backplane::cli {
+
+bool take_switch(Args& args, const std::string& name) {
+  for (auto it = args.begin(); it != args.end(); ++it)
+    if (*it == name) {
+      args.erase(it);
+      return true;
+    }
+  return false;
+}
+
+std::string take_option(Args& args, const std::string& name, const std::string& fallback) {
+  for (auto it = args.begin(); it != args.end(); ++it) {
+    if (*it == name) {
+      if (it + 1 == args.end()) throw Error("option " + name + " needs a value");
+      std::string v = *(it + 1);
+      args.erase(it, it + 2);
+      return v;
+    }
+    if (it->rfind(name + "=", 0) == 0) {
+      std::string v = it->substr(name.size() + 1);
+      args.erase(it);
+      return v;
+    }
+  }
+  return fallback;
+}
+
+void reject_leftovers(const Args& args) {
+  if (!args.empty()) throw Error("unexpected argument '" + args.front() + "' (see backplane --help)");
+}
+
+}  // namespace backplane::cli
+
+namespace {
+
+const char* kUsage = R"(usage: backplane <command> [options]
+
+commands:
+  devices [--json]                      every manifest found, each device, its load status
+  run GRAPH.json [--device NAME|auto] [--out DIR] [--json]
+                                        run a graph file; outputs go to DIR/<name>.npy
+  demo [--device NAME|all]              the main job: a Mamba-style block on built-in data,
+                                        on every device, cross-checked, timed
+  conformance --plugin NAME|MANIFEST [--json REPORT] [--filter OP]
+                                        the plugin conformance suite
+  bench [--device NAME] [--filter CASE] [--threads N]
+                                        per-op timings
+  manifest LIBRARY [--kind K] [--description D] [--out FILE] [--check MANIFEST]
+                                        write a plugin's manifest from the built library
+
+environment:
+  BACKPLANE_PLUGIN_PATH   extra folders of plugin manifests (colon-separated)
+  BACKPLANE_DEVICE        the device 'auto' picks
+  BACKPLANE_NUM_THREADS   host thread pool size
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace backplane::cli;
+  Args args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string cmd = args.front();
+  args.erase(args.begin());
+  try {
+    if (cmd == "devices") return cmd_devices(args);
+    if (cmd == "run") return cmd_run(args);
+    if (cmd == "demo") return cmd_demo(args);
+    if (cmd == "manifest") return cmd_manifest(args);
+    if (cmd == "bench") return cmd_bench(args);
+    if (cmd == "conformance") return cmd_conformance(args);
+    std::fprintf(stderr, "backplane: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "backplane: error: %s\n", e.what());
+    return 1;
+  }
+}
