@@ -1,0 +1,268 @@
+#include "device.hpp"
+
+#include <cstring>
+
+namespace bpvk {
+
+namespace {
+
+const bp_host_api* g_host = nullptr;
+
+bool has_extension(const std::vector<VkExtensionProperties>& exts, const char* name) {
+  for (const auto& e : exts)
+    if (std::strcmp(e.extensionName, name) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+const bp_host_api* host_api() { return g_host; }
+
+void log(bp_log_level level, const std::string& message) {
+  if (g_host && g_host->struct_size >= offsetof(bp_host_api, log) + sizeof(g_host->log) && g_host->log)
+    g_host->log(g_host->host_ctx, level, sdk::to_bp(message));
+}
+
+const char* vk_result_name(VkResult r) {
+  switch (r) {
+#define BPVK_CASE(x) \
+  case x:            \
+    return #x;
+    BPVK_CASE(VK_SUCCESS)
+    BPVK_CASE(VK_NOT_READY)
+    BPVK_CASE(VK_TIMEOUT)
+    BPVK_CASE(VK_INCOMPLETE)
+    BPVK_CASE(VK_ERROR_OUT_OF_HOST_MEMORY)
+    BPVK_CASE(VK_ERROR_OUT_OF_DEVICE_MEMORY)
+    BPVK_CASE(VK_ERROR_INITIALIZATION_FAILED)
+    BPVK_CASE(VK_ERROR_DEVICE_LOST)
+    BPVK_CASE(VK_ERROR_MEMORY_MAP_FAILED)
+    BPVK_CASE(VK_ERROR_LAYER_NOT_PRESENT)
+    BPVK_CASE(VK_ERROR_EXTENSION_NOT_PRESENT)
+    BPVK_CASE(VK_ERROR_FEATURE_NOT_PRESENT)
+    BPVK_CASE(VK_ERROR_INCOMPATIBLE_DRIVER)
+    BPVK_CASE(VK_ERROR_TOO_MANY_OBJECTS)
+    BPVK_CASE(VK_ERROR_FORMAT_NOT_SUPPORTED)
+    BPVK_CASE(VK_ERROR_FRAGMENTED_POOL)
+    BPVK_CASE(VK_ERROR_OUT_OF_POOL_MEMORY)
+    BPVK_CASE(VK_ERROR_INVALID_SHADER_NV)
+#undef BPVK_CASE
+    default:
+      return "VkResult(other)";
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(inst), phys(pd) {
+  vkGetPhysicalDeviceProperties(phys, &props);
+  vkGetPhysicalDeviceMemoryProperties(phys, &mem_props);
+  name = "vulkan" + std::to_string(index);
+  description = props.deviceName;
+  switch (props.deviceType) {
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      kind = "cpu";
+      break;
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      kind = "gpu";
+      break;
+    default:
+      kind = "accelerator";
+  }
+
+  // A queue family that can compute.
+  uint32_t nq = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(phys, &nq, nullptr);
+  std::vector<VkQueueFamilyProperties> qf(nq);
+  vkGetPhysicalDeviceQueueFamilyProperties(phys, &nq, qf.data());
+  bool found = false;
+  // Prefer a compute queue without graphics (dedicated compute), else any.
+  for (int pass = 0; pass < 2 && !found; ++pass)
+    for (uint32_t i = 0; i < nq; ++i) {
+      const bool compute = qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT;
+      const bool graphics = qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT;
+      if (compute && (pass == 1 || !graphics)) {
+        queue_family = i;
+        found = true;
+        break;
+      }
+    }
+  check(found, BP_ERR_UNAVAILABLE, "vulkan: " + description + " has no compute queue");
+
+  uint32_t next = 0;
+  vkEnumerateDeviceExtensionProperties(phys, nullptr, &next, nullptr);
+  std::vector<VkExtensionProperties> exts(next);
+  vkEnumerateDeviceExtensionProperties(phys, nullptr, &next, exts.data());
+  const bool api12 = props.apiVersion >= VK_API_VERSION_1_2;
+  const bool ext8 = has_extension(exts, VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
+
+  // Query optional features.
+  VkPhysicalDevice8BitStorageFeatures f8{};
+  f8.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES;
+  VkPhysicalDevice16BitStorageFeatures f16{};
+  f16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES;
+  VkPhysicalDeviceFeatures2 f2{};
+  f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  f2.pNext = &f16;
+  if (api12 || ext8) f16.pNext = &f8;
+  vkGetPhysicalDeviceFeatures2(phys, &f2);
+
+  // Enable only what the shaders use.
+  VkPhysicalDevice8BitStorageFeatures e8{};
+  e8.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES;
+  e8.storageBuffer8BitAccess = f8.storageBuffer8BitAccess;
+  e8.uniformAndStorageBuffer8BitAccess = f8.uniformAndStorageBuffer8BitAccess;
+  VkPhysicalDevice16BitStorageFeatures e16{};
+  e16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES;
+  e16.storageBuffer16BitAccess = f16.storageBuffer16BitAccess;
+  e16.uniformAndStorageBuffer16BitAccess = f16.uniformAndStorageBuffer16BitAccess;
+  VkPhysicalDeviceFeatures2 e2{};
+  e2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  e2.features.shaderFloat64 = f2.features.shaderFloat64;
+  e2.features.shaderInt64 = f2.features.shaderInt64;
+  e2.features.shaderInt16 = f2.features.shaderInt16;
+  e2.pNext = &e16;
+  std::vector<const char*> enabled_exts;
+  if (api12 || ext8) {
+    e16.pNext = &e8;
+    if (!api12) enabled_exts.push_back(VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
+  }
+  features.storage16 = f16.storageBuffer16BitAccess;
+  features.storage8 = (api12 || ext8) && f8.storageBuffer8BitAccess;
+  features.float64 = f2.features.shaderFloat64;
+  features.int64 = f2.features.shaderInt64;
+
+  const float priority = 1.0f;
+  VkDeviceQueueCreateInfo qci{};
+  qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
+  qci.queueFamilyIndex = queue_family;
+  qci.queueCount = 1;
+  qci.pQueuePriorities = &priority;
+  VkDeviceCreateInfo dci{};
+  dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+  dci.pNext = &e2;
+  dci.queueCreateInfoCount = 1;
+  dci.pQueueCreateInfos = &qci;
+  dci.enabledExtensionCount = static_cast<uint32_t>(enabled_exts.size());
+  dci.ppEnabledExtensionNames = enabled_exts.data();
+  vk_check(vkCreateDevice(phys, &dci, nullptr, &dev), "vkCreateDevice");
+  vkGetDeviceQueue(dev, queue_family, 0, &queue);
+
+  try {
+    memory.init(this);
+    pipelines.init(this);
+    exec.init(this);
+  } catch (...) {
+    exec.destroy();
+    pipelines.destroy();
+    memory.destroy();
+    vkDestroyDevice(dev, nullptr);
+    throw;
+  }
+}
+
+Device::~Device() {
+  if (dev) vkDeviceWaitIdle(dev);
+  exec.destroy();
+  pipelines.destroy();
+  memory.destroy();
+  if (dev) vkDestroyDevice(dev, nullptr);
+}
+
+bool Device::supports_dtype(bp_dtype dt) const {
+  switch (dt) {
+    case BP_DTYPE_F16:
+    case BP_DTYPE_BF16:
+    case BP_DTYPE_I16:
+      return features.storage16;
+    case BP_DTYPE_I8:
+    case BP_DTYPE_U8:
+    case BP_DTYPE_BOOL:
+      return features.storage8;
+    case BP_DTYPE_F64:
+      return features.float64;
+    case BP_DTYPE_I64:
+      return features.int64;
+    default:
+      return true;
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+Context& Context::get() {
+  static Context c;
+  return c;
+}
+
+void Context::initialize(const bp_host_api* host) {
+  if (initialized_) return;
+  g_host = host;
+
+  uint32_t api = VK_API_VERSION_1_1;
+  auto enum_version =
+      reinterpret_cast<PFN_vkEnumerateInstanceVersion>(vkGetInstanceProcAddr(nullptr, "vkEnumerateInstanceVersion"));
+  if (enum_version) {
+    uint32_t v = 0;
+    if (enum_version(&v) == VK_SUCCESS && v >= VK_API_VERSION_1_2) api = VK_API_VERSION_1_2;
+  }
+  VkApplicationInfo app{};
+  app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
+  app.pApplicationName = "backplane";
+  app.pEngineName = "backplane-vulkan";
+  app.engineVersion = VK_MAKE_VERSION(0, 1, 0);
+  app.apiVersion = api;
+  VkInstanceCreateInfo ici{};
+  ici.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
+  ici.pApplicationInfo = &app;
+  VkResult r = vkCreateInstance(&ici, nullptr, &instance_);
+  if (r == VK_ERROR_INCOMPATIBLE_DRIVER || r == VK_ERROR_INITIALIZATION_FAILED) {
+    // No Vulkan driver: the plugin works, with zero devices.
+    log(BP_LOG_INFO, std::string("vulkan: no Vulkan driver (") + vk_result_name(r) + "), no devices");
+    instance_ = VK_NULL_HANDLE;
+    initialized_ = true;
+    return;
+  }
+  vk_check(r, "vkCreateInstance");
+
+  uint32_t n = 0;
+  r = vkEnumeratePhysicalDevices(instance_, &n, nullptr);
+  std::vector<VkPhysicalDevice> phys(n);
+  if (r == VK_SUCCESS && n > 0) r = vkEnumeratePhysicalDevices(instance_, &n, phys.data());
+  if (r != VK_SUCCESS && r != VK_INCOMPLETE) n = 0;
+  phys.resize(n);
+  uint32_t index = 0;
+  for (VkPhysicalDevice pd : phys) {
+    VkPhysicalDeviceProperties p{};
+    vkGetPhysicalDeviceProperties(pd, &p);
+    if (p.apiVersion < VK_API_VERSION_1_1) {
+      log(BP_LOG_WARNING, std::string("vulkan: skipping ") + p.deviceName + " (Vulkan 1.0 only)");
+      continue;
+    }
+    try {
+      devices_.push_back(std::make_unique<Device>(instance_, pd, index));
+      ++index;
+    } catch (const Error& e) {
+      log(BP_LOG_WARNING, std::string("vulkan: skipping ") + p.deviceName + ": " + e.what());
+    }
+  }
+  initialized_ = true;
+}
+
+void Context::shutdown() {
+  devices_.clear();
+  if (instance_) vkDestroyInstance(instance_, nullptr);
+  instance_ = VK_NULL_HANDLE;
+  initialized_ = false;
+  g_host = nullptr;
+}
+
+Device& Context::device(uint32_t i) {
+  check(initialized_, BP_ERR_UNAVAILABLE, "vulkan: plugin not initialized");
+  check(i < devices_.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: no device " + std::to_string(i));
+  return *devices_[i];
+}
+
+}  // namespace bpvk

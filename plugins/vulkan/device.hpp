@@ -1,0 +1,72 @@
+// The Vulkan instance and one bp_device per physical device.
+#pragma once
+
+#include "exec.hpp"
+#include "memory.hpp"
+#include "pipelines.hpp"
+#include "vk_common.hpp"
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace bpvk {
+
+// Optional device features the shaders use.
+struct Features {
+  bool storage16 = false;  // storageBuffer16BitAccess: f16, bf16, i16
+  bool storage8 = false;   // storageBuffer8BitAccess: i8, u8, bool
+  bool float64 = false;    // shaderFloat64
+  bool int64 = false;      // shaderInt64 (i64 arithmetic; i64 indices need none)
+};
+
+class Device {
+ public:
+  Device(VkInstance instance, VkPhysicalDevice phys, uint32_t index);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  std::string name, kind, description;
+  VkInstance instance = VK_NULL_HANDLE;
+  VkPhysicalDevice phys = VK_NULL_HANDLE;
+  VkDevice dev = VK_NULL_HANDLE;
+  VkQueue queue = VK_NULL_HANDLE;
+  uint32_t queue_family = 0;
+  VkPhysicalDeviceProperties props{};
+  VkPhysicalDeviceMemoryProperties mem_props{};
+  Features features;
+
+  std::mutex mu;  // one caller at a time per device
+  Memory memory;
+  Pipelines pipelines;
+  Exec exec;
+
+  bp_device* handle() { return reinterpret_cast<bp_device*>(this); }
+  static Device& from(bp_device* d) {
+    check(d != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: null device");
+    return *reinterpret_cast<Device*>(d);
+  }
+  // Whether the device has what a dtype needs (storage width, 64-bit types).
+  bool supports_dtype(bp_dtype dt) const;
+};
+
+// Process-wide state between initialize() and shutdown().
+class Context {
+ public:
+  static Context& get();
+  void initialize(const bp_host_api* host);
+  void shutdown();
+  bool initialized() const { return initialized_; }
+  uint32_t device_count() const { return static_cast<uint32_t>(devices_.size()); }
+  Device& device(uint32_t i);
+
+ private:
+  bool initialized_ = false;
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+}  // namespace bpvk

@@ -1,0 +1,115 @@
+// What every kernel family shares: the kernel table rows, the call context,
+// operand binding (storage + layout -> descriptor window + element offset),
+// dim coalescing and argument blocks.
+#pragma once
+
+#include "device.hpp"
+
+#include <array>
+#include <string>
+#include <vector>
+
+namespace bpvk {
+
+struct Row;
+
+struct Call {
+  Device& dev;
+  const Row& row;
+  const bp_storage* in;
+  size_t n_in;
+  const bp_storage* out;
+  const bp_layout* layouts;
+  const bp_op_params* params;
+
+  const bp_layout& lin(size_t i) const { return layouts[i]; }
+  const bp_layout& lout() const { return layouts[n_in]; }
+  const char* op() const;
+  bool present(size_t i) const { return in[i].buffer_handle != 0; }
+  // The op's params, checked to be of `kind`.
+  const bp_op_params& params_of(bp_params_kind kind) const;
+};
+
+using KernelImpl = void (*)(Call&);
+
+struct Row {
+  std::string op;
+  std::vector<bp_dtype> dtypes;  // inputs, then the output (slot 0 for bundles)
+  KernelImpl impl = nullptr;
+  int code = 0;  // family-specific op code
+  uint32_t bundle_slots = 0;
+  bool variadic = false;
+};
+
+class Registry {
+ public:
+  // layouts: per input, BP_LAYOUT_STRIDED or BP_LAYOUT_CONTIGUOUS.
+  void add(const std::string& op, std::vector<bp_dtype> dtypes, std::vector<uint8_t> layouts, KernelImpl impl,
+           int code = 0, uint32_t bundle_slots = 0, bool variadic = false);
+  const sdk::KernelTable& table() const { return table_; }
+  const std::vector<Row>& rows() const { return rows_; }
+
+ private:
+  sdk::KernelTable table_;
+  std::vector<Row> rows_;
+};
+
+const Registry& registry();
+bp_error* kernel_entry(const bp_kernel_context* ctx, const bp_storage* inputs, size_t n_inputs,
+                       const bp_storage* outputs, size_t n_outputs, const bp_layout* layouts,
+                       const bp_op_params* params);
+
+// Family registration (kernels_*.cpp).
+void register_eltwise(Registry& r);
+
+// ---------------------------------------------------------------------------
+
+constexpr uint8_t S = BP_LAYOUT_STRIDED;
+constexpr uint8_t C = BP_LAYOUT_CONTIGUOUS;
+
+inline uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+std::string dt(bp_dtype d);  // dtype name
+std::string shader(const std::string& family, bp_dtype d);
+std::string shader(const std::string& family, bp_dtype a, bp_dtype b);
+
+// A storage viewed through a layout, bound as a storage-buffer window.
+struct Operand {
+  Binding binding;
+  int64_t offset = 0;  // element offset of the layout origin from the window start
+};
+// extra_bytes: byte offset inside the storage (bundle slots).
+Operand bind(Call& c, const bp_storage& s, const bp_layout& l, bp_dtype dt, bool write, uint64_t extra_bytes = 0);
+// The window of a whole dense range of `count` elements at extra_bytes.
+Operand bind_dense(Call& c, const bp_storage& s, int64_t count, bp_dtype dt, bool write, uint64_t extra_bytes = 0);
+// A 4-byte dummy binding for absent optional inputs.
+Operand bind_dummy(Call& c);
+
+// The argument block of one dispatch (int32 words).
+struct Args {
+  std::vector<int32_t> w;
+  void i32(int64_t v);  // throws when v does not fit
+  void u32(uint64_t v);
+  void f32(double v);
+  void f64(double v);  // two words
+  void i64(int64_t v);  // two words
+  size_t size() const { return w.size(); }
+};
+
+// Dims of `shape` coalesced over K operands' strides: size-1 dims dropped,
+// adjacent dims merged where every operand allows it (row-major order kept).
+struct Coalesced {
+  int rank = 0;
+  std::array<int64_t, BP_MAX_RANK> shape{};
+  std::vector<std::array<int64_t, BP_MAX_RANK>> strides;
+};
+Coalesced coalesce(uint32_t rank, const int64_t* shape, const std::vector<const int64_t*>& strides);
+
+// Writes the elementwise argument header: rank, flags, shape, then one
+// record per operand (offset + strides).
+void eltwise_header(Args& a, const Coalesced& c, const std::vector<int64_t>& offsets, bool fast);
+
+// Dense row-major strides of a shape.
+std::array<int64_t, BP_MAX_RANK> dense_strides(uint32_t rank, const int64_t* shape);
+int64_t numel(const bp_layout& l);
+
+}  // namespace bpvk

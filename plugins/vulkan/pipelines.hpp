@@ -1,0 +1,58 @@
+// Compute pipelines built from the embedded SPIR-V, created once per
+// (shader, specialization constants) and cached for the device's lifetime.
+// A VkPipelineCache is loaded from / saved to
+// $XDG_CACHE_HOME/backplane (or ~/.cache/backplane) unless
+// BACKPLANE_VULKAN_PIPELINE_CACHE=0.
+#pragma once
+
+#include "vk_common.hpp"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace bpvk {
+
+class Device;
+
+struct Pipeline {
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  uint32_t n_bindings = 0;  // 2 fixed (args, errors) + operands
+};
+
+// 16 bytes of push constants, see shaders/common.glsl.
+struct PushConstants {
+  uint32_t base;
+  uint32_t n;
+  uint32_t id;
+  uint32_t extra;
+};
+
+class Pipelines {
+ public:
+  void init(Device* dev);
+  void destroy();
+  // n_operands: storage buffer bindings after the two fixed ones.
+  const Pipeline& get(const std::string& shader, const std::vector<int32_t>& spec, uint32_t n_operands);
+  bool shader_available(const std::string& shader) const;
+
+ private:
+  struct Layout {
+    VkDescriptorSetLayout set = VK_NULL_HANDLE;
+    VkPipelineLayout pipeline = VK_NULL_HANDLE;
+  };
+  const Layout& layout(uint32_t n_bindings);
+  VkShaderModule module(const std::string& shader);
+  std::string cache_path() const;
+
+  Device* dev_ = nullptr;
+  VkPipelineCache cache_ = VK_NULL_HANDLE;
+  bool cache_dirty_ = false;
+  std::map<uint32_t, Layout> layouts_;
+  std::map<std::string, VkShaderModule> modules_;
+  std::map<std::pair<std::string, std::vector<int32_t>>, Pipeline> pipelines_;
+};
+
+}  // namespace bpvk

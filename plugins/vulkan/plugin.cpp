@@ -1,0 +1,155 @@
+// The plugin's entry symbol and API table.
+#include "device.hpp"
+#include "kernels.hpp"
+
+#include <cstring>
+
+namespace {
+
+using namespace bpvk;
+
+bp_error* api_initialize(const bp_host_api* host) {
+  return sdk::guard([&] { Context::get().initialize(host); });
+}
+
+void api_shutdown() {
+  try {
+    Context::get().shutdown();
+  } catch (...) {
+  }
+}
+
+uint32_t api_device_count() { return Context::get().initialized() ? Context::get().device_count() : 0; }
+
+bp_error* api_device_get(uint32_t index, bp_device** out) {
+  return sdk::guard([&] {
+    check(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_get without out_device");
+    *out = Context::get().device(index).handle();
+  });
+}
+
+bp_error* api_device_info(bp_device* device, bp_device_info* info) {
+  return sdk::guard([&] {
+    check(info != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_info without out_info");
+    Device& d = Device::from(device);
+    bp_device_info out{};
+    out.struct_size = sizeof(bp_device_info);
+    out.name = sdk::to_bp(d.name);
+    out.kind = sdk::to_bp(d.kind);
+    out.description = sdk::to_bp(d.description);
+    out.memory_kind = d.memory.host_mapped() ? BP_MEMORY_MAPPED : BP_MEMORY_DEVICE;
+    out.buffer_alignment = d.memory.alignment();
+    out.max_buffer_size = d.memory.max_allocation();
+    // Write only the fields the host's struct has room for.
+    const size_t n = info->struct_size && info->struct_size < sizeof out ? info->struct_size : sizeof out;
+    std::memcpy(static_cast<void*>(info), &out, n);
+    info->struct_size = n;
+  });
+}
+
+bp_error* api_device_supports_kernel(bp_device* device, uint32_t kernel_index, bool* out) {
+  return sdk::guard([&] {
+    check(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_supports_kernel without out");
+    Device& d = Device::from(device);
+    const auto& rows = registry().rows();
+    check(kernel_index < rows.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: bad kernel index");
+    bool ok = true;
+    for (bp_dtype t : rows[kernel_index].dtypes) ok = ok && d.supports_dtype(t);
+    *out = ok;
+  });
+}
+
+bp_error* api_buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out) {
+  return sdk::guard([&] {
+    check(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_allocate without out_buffer");
+    Device& d = Device::from(device);
+    std::lock_guard<std::mutex> lock(d.mu);
+    *out = d.memory.allocate(size);
+  });
+}
+
+void api_buffer_free(bp_device* device, uint64_t handle) {
+  if (!device) return;
+  try {
+    Device& d = Device::from(device);
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.memory.free(handle);
+  } catch (...) {
+  }
+}
+
+bp_error* api_buffer_write(bp_device* device, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
+  return sdk::guard([&] {
+    check(src != nullptr || size == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_write from NULL");
+    Device& d = Device::from(device);
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.memory.write(handle, offset, src, size);
+  });
+}
+
+bp_error* api_buffer_read(bp_device* device, uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
+  return sdk::guard([&] {
+    check(dst != nullptr || size == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_read into NULL");
+    Device& d = Device::from(device);
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.memory.read(handle, offset, dst, size);
+  });
+}
+
+bp_error* api_begin(bp_device* device) {
+  return sdk::guard([&] {
+    Device& d = Device::from(device);
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.exec.begin();
+  });
+}
+
+bp_error* api_synchronize(bp_device* device) {
+  return sdk::guard([&] {
+    Device& d = Device::from(device);
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.exec.synchronize();
+  });
+}
+
+const bp_plugin_api* api_table() {
+  static const bp_plugin_api api = [] {
+    bp_plugin_api a{};
+    a.struct_size = sizeof(bp_plugin_api);
+    a.abi_major = BP_ABI_VERSION_MAJOR;
+    a.abi_minor = BP_ABI_VERSION_MINOR;
+    a.name = sdk::to_bp("vulkan");
+    a.version = sdk::to_bp("0.1.0");
+    a.kernels = registry().table().data();
+    a.n_kernels = registry().table().size();
+    a.error_code = sdk::error_code;
+    a.error_message = sdk::error_message;
+    a.error_destroy = sdk::error_destroy;
+    a.initialize = api_initialize;
+    a.shutdown = api_shutdown;
+    a.device_count = api_device_count;
+    a.device_get = api_device_get;
+    a.device_info = api_device_info;
+    a.device_supports_kernel = api_device_supports_kernel;
+    a.buffer_allocate = api_buffer_allocate;
+    a.buffer_free = api_buffer_free;
+    a.buffer_write = api_buffer_write;
+    a.buffer_read = api_buffer_read;
+    a.begin = api_begin;
+    a.synchronize = api_synchronize;
+    a.infer_custom_op = nullptr;
+    return a;
+  }();
+  return &api;
+}
+
+}  // namespace
+
+extern "C" BP_EXPORT bp_status_code backplane_plugin_entry(const bp_plugin_query* query, const bp_plugin_api** out_api) {
+  try {
+    return sdk::negotiate(query, api_table(), out_api);
+  } catch (...) {
+    if (out_api) *out_api = nullptr;
+    return BP_ERR_INTERNAL;
+  }
+}

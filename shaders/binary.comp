@@ -1,0 +1,85 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Binary arithmetic (OP 0..6: add sub mul div maximum minimum pow) and, with
+// -DCMP, comparisons (OP 0..5: eq ne lt le gt ge) writing bool.
+// Each invocation handles 4 consecutive output elements (vec4 loads and
+// stores on the fast path: rank-1 operands with stride 1 or 0).
+#define NREC 3  // a, b, output
+#include "common.glsl"
+#include "eltwise.glsl"
+#include "math.glsl"
+
+layout(local_size_x = WG) in;
+layout(constant_id = 0) const int OP = 0;
+
+DECL_RO(2, a, IN_DT)
+DECL_RO(3, b, IN_DT)
+DECL_RW(4, o, OUT_DT)
+
+#define CT CTYPE(IN_DT)
+#define OT CTYPE(OUT_DT)
+
+OT op(CT x, CT y) {
+#ifdef CMP
+  bool r;
+  if (OP == 0) r = x == y;
+  else if (OP == 1) r = !(x == y);
+  else if (OP == 2) r = x < y;
+  else if (OP == 3) r = x <= y;
+  else if (OP == 4) r = x > y;
+  else r = x >= y;
+  return r ? 1 : 0;
+#else
+  if (OP == 0) return x + y;
+  if (OP == 1) return x - y;
+  if (OP == 2) return x * y;
+#ifdef IN_FLOAT
+  if (OP == 3) return x / y;
+  if (OP == 4) return (isnan(x) || isnan(y)) ? x + y : max(x, y);
+  if (OP == 5) return (isnan(x) || isnan(y)) ? x + y : min(x, y);
+#ifdef IN_FC
+  return pow_f(x, y);
+#else
+  return x;  // pow is not registered for f64
+#endif
+#else
+  if (OP == 3) {
+    if (y == CT(0)) {
+      raise_error(ERR_DIV_ZERO);
+      return CT(0);
+    }
+    if (y == CT(-1)) return -x;  // wraps for the minimum value instead of trapping
+    return x / y;
+  }
+  if (OP == 4) return max(x, y);
+  if (OP == 5) return min(x, y);
+  return x;
+#endif
+#endif
+}
+
+void main() {
+  const int n = int(pc.n);
+  const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
+  const int i0 = j * 4;
+  if (i0 >= n) return;
+  if ((A(1) & 1) != 0 && i0 + 4 <= n) {
+    const int oa = REC_OFF(0), ob = REC_OFF(1), oo = REC_OFF(2);
+    CTYPE4(IN_DT) va, vb;
+    if (REC_STRIDE(0, 0) == 0) va = CTYPE4(IN_DT)(LD(IN_DT, a[oa]));
+    else va = LD4(IN_DT, a4[oa / 4 + j]);
+    if (REC_STRIDE(1, 0) == 0) vb = CTYPE4(IN_DT)(LD(IN_DT, b[ob]));
+    else vb = LD4(IN_DT, b4[ob / 4 + j]);
+    CTYPE4(OUT_DT) r;
+    for (int c = 0; c < 4; ++c) r[c] = op(va[c], vb[c]);
+    o4[oo / 4 + j] = SV4(OUT_DT, r);
+    return;
+  }
+  for (int c = 0; c < 4; ++c) {
+    const int i = i0 + c;
+    if (i >= n) break;
+    int off[NREC];
+    elem_offsets(i, off);
+    o[off[2]] = SV(OUT_DT, op(LD(IN_DT, a[off[0]]), LD(IN_DT, b[off[1]])));
+  }
+}

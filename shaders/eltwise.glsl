@@ -1,0 +1,20 @@
+// Element offsets for elementwise shaders. Argument block:
+//   [0] rank  [1] flags (bit 0: fast path)  [2..9] shape
+//   [10 + 9k] offset of record k, [11 + 9k ..] its 8 strides
+//   params from PARAMS = 10 + 9 * NREC
+// NREC (records: inputs, then the output where it is strided) must be defined.
+#define PARAMS (10 + 9 * NREC)
+#define REC_OFF(k) A(10 + 9 * (k))
+#define REC_STRIDE(k, d) A(11 + 9 * (k) + (d))
+
+void elem_offsets(int i, out int off[NREC]) {
+  for (int k = 0; k < NREC; ++k) off[k] = REC_OFF(k);
+  int rank = A(0);
+  for (int d = rank - 1; d >= 0; --d) {
+    int s = A(2 + d);
+    int q = i / s;
+    int r = i - q * s;
+    i = q;
+    for (int k = 0; k < NREC; ++k) off[k] += r * REC_STRIDE(k, d);
+  }
+}

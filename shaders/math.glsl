@@ -1,0 +1,205 @@
+// f32 transcendental functions with ~1-2 ulp accuracy. GLSL's built-ins are
+// only loosely specified by Vulkan (e.g. sin/cos: 2^-11 absolute, log:
+// 2^-21 absolute near 1), too coarse for Backplane's 1e-5 relative
+// tolerance, so shaders use these. Polynomials are Cephes' single-precision
+// ones (S. L. Moshier, public domain).
+#ifndef BP_MATH_GLSL
+#define BP_MATH_GLSL
+
+#define F_INF uintBitsToFloat(0x7f800000u)
+#define F_NAN uintBitsToFloat(0x7fc00000u)
+
+float ldexp_safe(float x, int n) {
+  int h = n / 2;
+  return ldexp(ldexp(x, h), n - h);
+}
+
+float exp_f(float x) {
+  if (isnan(x)) return x;
+  if (x > 88.72283935546875) return F_INF;
+  if (x < -103.972084045410) return 0.0;
+  float fx = floor(x * 1.44269504088896341 + 0.5);
+  float r = x - fx * 0.693359375;
+  r = r + fx * 2.12194440e-4;
+  float z = r * r;
+  float p = (((((1.9875691500E-4 * r + 1.3981999507E-3) * r + 8.3334519073E-3) * r + 4.1665795894E-2) * r +
+              1.6666665459E-1) * r + 5.0000001201E-1) * z + r + 1.0;
+  return ldexp_safe(p, int(fx));
+}
+
+float log_f(float x) {
+  if (isnan(x) || x < 0.0) return F_NAN;
+  if (x == 0.0) return -F_INF;
+  if (isinf(x)) return x;
+  int bias = 0;
+  if (x < 1.17549435e-38) {  // subnormal input
+    x *= 16777216.0;
+    bias = -24;
+  }
+  int e;
+  float m = frexp(x, e);
+  e += bias;
+  if (m < 0.707106781186547524) {
+    e -= 1;
+    m = m + m - 1.0;
+  } else {
+    m = m - 1.0;
+  }
+  float z = m * m;
+  float y = ((((((((7.0376836292E-2 * m - 1.1514610310E-1) * m + 1.1676998740E-1) * m - 1.2420140846E-1) * m +
+                 1.4249322787E-1) * m - 1.6668057665E-1) * m + 2.0000714765E-1) * m - 2.4999993993E-1) * m +
+             3.3333331174E-1) * m * z;
+  float fe = float(e);
+  y += -2.12194440e-4 * fe;
+  y += -0.5 * z;
+  float r = m + y;
+  r += 0.693359375 * fe;
+  return r;
+}
+
+float log1p_f(float x) {
+  if (isinf(x) && x > 0.0) return x;
+  float u = 1.0 + x;
+  if (u == 1.0) return x;
+  return log_f(u) * (x / (u - 1.0));
+}
+
+float expm1_f(float x) {
+  if (abs(x) < 0.5) {
+    // Taylor to x^8: relative error < 1e-8 for |x| < 0.5.
+    float p = x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0 + x * (1.0 / 720.0 +
+              x * (1.0 / 5040.0 + x * (1.0 / 40320.0))))))));
+    return p;
+  }
+  return exp_f(x) - 1.0;
+}
+
+float sincos_poly_sin(float r) {
+  float z = r * r;
+  return ((-1.9515295891E-4 * z + 8.3321608736E-3) * z - 1.6666654611E-1) * z * r + r;
+}
+float sincos_poly_cos(float r) {
+  float z = r * r;
+  return ((2.443315711809948E-005 * z - 1.388731625493765E-003) * z + 4.166664568298827E-002) * z * z - 0.5 * z + 1.0;
+}
+// Reduces |x| by multiples of pi/4; returns the octant (0..7) and the remainder.
+int sincos_reduce(float x, out float r) {
+  float j = floor(x * 1.27323954473516);
+  if (mod(j, 2.0) == 1.0) j += 1.0;
+  r = ((x - j * 0.78515625) - j * 2.4187564849853515625e-4) - j * 3.77489497744594108e-8;
+  return int(mod(j, 8.0));
+}
+
+float sin_f(float x) {
+  if (isnan(x) || isinf(x)) return F_NAN;
+  float s = x < 0.0 ? -1.0 : 1.0;
+  float r;
+  int j = sincos_reduce(abs(x), r);
+  if (j > 3) {
+    s = -s;
+    j -= 4;
+  }
+  float y = (j == 1 || j == 2) ? sincos_poly_cos(r) : sincos_poly_sin(r);
+  return s * y;
+}
+
+float cos_f(float x) {
+  if (isnan(x) || isinf(x)) return F_NAN;
+  float r;
+  int j = sincos_reduce(abs(x), r);
+  float s = 1.0;
+  if (j > 3) {
+    j -= 4;
+    s = -s;
+  }
+  if (j > 1) s = -s;
+  float y = (j == 1 || j == 2) ? sincos_poly_sin(r) : sincos_poly_cos(r);
+  return s * y;
+}
+
+float tanh_f(float x) {
+  if (isnan(x)) return x;
+  float z = abs(x);
+  if (z > 9.0) return x > 0.0 ? 1.0 : -1.0;
+  if (z >= 0.625) {
+    float s = exp_f(2.0 * z);
+    float r = 1.0 - 2.0 / (s + 1.0);
+    return x < 0.0 ? -r : r;
+  }
+  float zz = x * x;
+  return ((((-5.70498872745E-3 * zz + 2.06390887954E-2) * zz - 5.37397155531E-2) * zz + 1.33314422036E-1) * zz -
+          3.33332819422E-1) * zz * x + x;
+}
+
+// exp(-x*x) with the rounding error of x*x compensated.
+float expmx2_f(float x) {
+  float h = x * x;
+  precise float l = fma(x, x, -h);
+  return exp_f(-h) * (1.0 - l);
+}
+
+// erf for |x| < 1.5: 2/sqrt(pi) exp(-x^2) sum 2^n x^(2n+1) / (1*3*...*(2n+1)),
+// all terms positive (no cancellation).
+float erf_series(float x) {
+  float t = x, s = x;
+  float x2 = 2.0 * x * x;
+  for (int n = 1; n < 40; ++n) {
+    t *= x2 / float(2 * n + 1);
+    s += t;
+    if (abs(t) < abs(s) * 1e-9) break;
+  }
+  return 1.1283791670955126 * expmx2_f(x) * s;
+}
+
+// erfc for x >= 1.5 by its continued fraction (40 levels: rel. error < 1e-10).
+float erfc_cf(float x) {
+  float f = x;
+  for (int k = 40; k >= 1; --k) f = x + (0.5 * float(k)) / f;
+  return expmx2_f(x) * 0.5641895835477563 / f;
+}
+
+float erf_f(float x) {
+  if (isnan(x)) return x;
+  float a = abs(x);
+  if (a < 1.5) return erf_series(x);
+  float r = a > 10.0 ? 1.0 : 1.0 - erfc_cf(a);
+  return x < 0.0 ? -r : r;
+}
+
+float erfc_f(float x) {
+  if (isnan(x)) return x;
+  if (x >= 1.5) return x > 10.5 ? 0.0 : erfc_cf(x);
+  if (x <= -1.5) return x < -10.5 ? 2.0 : 2.0 - erfc_cf(-x);
+  return 1.0 - erf_series(x);
+}
+
+// C99 pow semantics.
+float pow_f(float x, float y) {
+  if (y == 0.0 || x == 1.0) return 1.0;
+  if (isnan(x) || isnan(y)) return x + y;
+  float ax = abs(x);
+  bool yint = floor(y) == y;
+  bool odd = yint && abs(y) < 16777216.0 && mod(y, 2.0) == 1.0;
+  if (isinf(y)) {
+    if (ax == 1.0) return 1.0;
+    return ((ax > 1.0) == (y > 0.0)) ? F_INF : 0.0;
+  }
+  if (x == 0.0) {
+    if (y < 0.0) return odd ? (sign(1.0 / x) * F_INF) : F_INF;
+    return odd ? x : 0.0;
+  }
+  if (isinf(x)) {
+    float r = y < 0.0 ? 0.0 : F_INF;
+    return (x < 0.0 && odd) ? -r : r;
+  }
+  if (x < 0.0 && !yint) return F_NAN;
+  // exp(y * log|x|) with the product split into hi + lo.
+  float l = log_f(ax);
+  float h = y * l;
+  precise float lo = fma(y, l, -h);
+  float r = exp_f(h) * (1.0 + lo);
+  if (isinf(exp_f(h))) r = F_INF;
+  return (x < 0.0 && odd) ? -r : r;
+}
+
+#endif
