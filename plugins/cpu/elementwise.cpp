@@ -1,0 +1,450 @@
+// Elementwise kernels: unary math, binary arithmetic, comparisons, where,
+// clamp, affine, gelu, cast and contiguous.
+//
+// The host hands every input with the output's shape (broadcast dims have
+// stride 0) and the output dense, so every kernel is "walk N layouts in step".
+// sdk::StridedWalker coalesces dims and gives inner runs; each map* helper
+// has a unit-stride loop the compiler vectorises plus a general strided one.
+#include "kernels.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <limits>
+
+namespace backplane::cpu {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Walk helpers
+
+template <class TI, class TO, class F> void map1(const Call& c, F f, int64_t grain) {
+  const bp_layout& li = c.in_layout(0);
+  const bp_layout& lo = c.out_layout();
+  const TI* x = c.in_data<TI>(0);
+  TO* y = c.out_data<TO>();
+  const sdk::StridedWalker<2> w(lo.rank, lo.shape, {&li, &lo});
+  pfor(c, w.numel(), grain, [&](int64_t b, int64_t e) {
+    w.run(b, e, [&](const int64_t* off, int64_t n, const int64_t* s) {
+      const TI* xp = x + off[0];
+      TO* yp = y + off[1];
+      if (s[0] == 1 && s[1] == 1) {
+        for (int64_t i = 0; i < n; ++i) yp[i] = f(xp[i]);
+      } else if (s[0] == 0 && s[1] == 1) {
+        const TO v = f(*xp);
+        for (int64_t i = 0; i < n; ++i) yp[i] = v;
+      } else {
+        for (int64_t i = 0; i < n; ++i) yp[i * s[1]] = f(xp[i * s[0]]);
+      }
+    });
+  });
+}
+
+template <class TA, class TB, class TO, class F> void map2(const Call& c, F f, int64_t grain) {
+  const bp_layout& la = c.in_layout(0);
+  const bp_layout& lb = c.in_layout(1);
+  const bp_layout& lo = c.out_layout();
+  const TA* a = c.in_data<TA>(0);
+  const TB* b = c.in_data<TB>(1);
+  TO* y = c.out_data<TO>();
+  const sdk::StridedWalker<3> w(lo.rank, lo.shape, {&la, &lb, &lo});
+  pfor(c, w.numel(), grain, [&](int64_t lo_, int64_t hi_) {
+    w.run(lo_, hi_, [&](const int64_t* off, int64_t n, const int64_t* s) {
+      const TA* ap = a + off[0];
+      const TB* bp = b + off[1];
+      TO* yp = y + off[2];
+      if (s[2] == 1 && s[0] == 1 && s[1] == 1) {
+        for (int64_t i = 0; i < n; ++i) yp[i] = f(ap[i], bp[i]);
+      } else if (s[2] == 1 && s[0] == 1 && s[1] == 0) {
+        const TB bv = *bp;
+        for (int64_t i = 0; i < n; ++i) yp[i] = f(ap[i], bv);
+      } else if (s[2] == 1 && s[0] == 0 && s[1] == 1) {
+        const TA av = *ap;
+        for (int64_t i = 0; i < n; ++i) yp[i] = f(av, bp[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) yp[i * s[2]] = f(ap[i * s[0]], bp[i * s[1]]);
+      }
+    });
+  });
+}
+
+template <class T> void map_where(const Call& c) {
+  const bp_layout& lc = c.in_layout(0);
+  const bp_layout& la = c.in_layout(1);
+  const bp_layout& lb = c.in_layout(2);
+  const bp_layout& lo = c.out_layout();
+  const uint8_t* cond = c.in_data<uint8_t>(0);
+  const T* a = c.in_data<T>(1);
+  const T* b = c.in_data<T>(2);
+  T* y = c.out_data<T>();
+  const sdk::StridedWalker<4> w(lo.rank, lo.shape, {&lc, &la, &lb, &lo});
+  pfor(c, w.numel(), kGrain, [&](int64_t lo_, int64_t hi_) {
+    w.run(lo_, hi_, [&](const int64_t* off, int64_t n, const int64_t* s) {
+      const uint8_t* cp = cond + off[0];
+      const T* ap = a + off[1];
+      const T* bp = b + off[2];
+      T* yp = y + off[3];
+      if (s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 1) {
+        for (int64_t i = 0; i < n; ++i) yp[i] = cp[i] ? ap[i] : bp[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) yp[i * s[3]] = cp[i * s[0]] ? ap[i * s[1]] : bp[i * s[2]];
+      }
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Op functors. C is the compute type: float (f32/f16/bf16), double (f64) or
+// the integer type itself.
+
+struct NoParams {
+  static constexpr bp_params_kind kind = BP_PARAMS_NONE;
+  static constexpr int cost = 1;
+  explicit NoParams(const bp_op_params*) {}
+  void finish(const Call&) const {}
+};
+// Transcendental ops: fewer elements per thread before splitting.
+struct Costly : NoParams {
+  using NoParams::NoParams;
+  static constexpr int cost = 8;
+};
+
+struct Neg : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_integral_v<C>) return wneg(x);
+    else return -x;
+  }
+};
+struct Abs : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_unsigned_v<C>) return x;
+    else if constexpr (std::is_integral_v<C>) return x < 0 ? wneg(x) : x;
+    else return std::fabs(x);
+  }
+};
+struct Sign : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_integral_v<C>) return static_cast<C>((x > 0) - (x < 0));
+    else return x > 0 ? C(1) : x < 0 ? C(-1) : x;  // 0 and NaN pass through
+  }
+};
+
+#define BP_CPU_UNARY(NAME, BASE, EXPR)                  \
+  struct NAME : BASE {                                  \
+    using BASE::BASE;                                   \
+    template <class C> C operator()(C x) const { return EXPR; } \
+  };
+BP_CPU_UNARY(Sqr, NoParams, x * x)
+BP_CPU_UNARY(Sqrt, NoParams, std::sqrt(x))
+BP_CPU_UNARY(Rsqrt, NoParams, C(1) / std::sqrt(x))
+BP_CPU_UNARY(Recip, NoParams, C(1) / x)
+BP_CPU_UNARY(Exp, Costly, std::exp(x))
+BP_CPU_UNARY(Log, Costly, std::log(x))
+BP_CPU_UNARY(Sin, Costly, std::sin(x))
+BP_CPU_UNARY(Cos, Costly, std::cos(x))
+BP_CPU_UNARY(Tanh, Costly, std::tanh(x))
+BP_CPU_UNARY(Erf, Costly, std::erf(x))
+BP_CPU_UNARY(Floor, NoParams, std::floor(x))
+BP_CPU_UNARY(Ceil, NoParams, std::ceil(x))
+BP_CPU_UNARY(Round, NoParams, std::nearbyint(x))  // default rounding mode: half to even
+BP_CPU_UNARY(Relu, NoParams, x < C(0) ? C(0) : x)  // NaN < 0 is false: NaN propagates
+BP_CPU_UNARY(Sigmoid, Costly, C(1) / (C(1) + std::exp(-x)))
+BP_CPU_UNARY(Silu, Costly, x / (C(1) + std::exp(-x)))
+BP_CPU_UNARY(Softplus, Costly, (x > C(0) ? x : C(0)) + std::log1p(std::exp(-std::fabs(x))))
+#undef BP_CPU_UNARY
+
+struct Gelu : Costly {
+  static constexpr bp_params_kind kind = BP_PARAMS_GELU;
+  bool tanh_form;
+  explicit Gelu(const bp_op_params* p) : Costly(p), tanh_form(p->u.gelu.tanh_approximation) {}
+  template <class C> C operator()(C x) const {
+    if (tanh_form) {
+      // 0.5x(1 + tanh(u)) == x * sigmoid(2u): no cancellation for x << 0.
+      const C u = C(0.7978845608028654) * (x + C(0.044715) * x * x * x);
+      return x / (C(1) + std::exp(C(-2) * u));
+    }
+    // 0.5x(1 + erf(x/sqrt2)) == 0.5x * erfc(-x/sqrt2), accurate for x << 0.
+    return C(0.5) * x * std::erfc(-x * C(0.7071067811865476));
+  }
+};
+
+struct Clamp : NoParams {
+  static constexpr bp_params_kind kind = BP_PARAMS_CLAMP;
+  bp_clamp_params p;
+  explicit Clamp(const bp_op_params* q) : NoParams(q), p(q->u.clamp) {}
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_integral_v<C>) {
+      int64_t v = x;
+      if (p.has_min && v < p.min_i) v = p.min_i;
+      if (p.has_max && v > p.max_i) v = p.max_i;
+      return static_cast<C>(v);
+    } else {
+      if (x != x) return x;
+      if (p.has_min && x < C(p.min_f)) x = C(p.min_f);
+      if (p.has_max && x > C(p.max_f)) x = C(p.max_f);
+      return x;
+    }
+  }
+};
+
+struct Affine : NoParams {
+  static constexpr bp_params_kind kind = BP_PARAMS_AFFINE;
+  double mul, add;
+  explicit Affine(const bp_op_params* q) : NoParams(q), mul(q->u.affine.mul), add(q->u.affine.add) {}
+  // In double, rounded once: y = mul*x + add may cancel.
+  template <class C> C operator()(C x) const { return static_cast<C>(mul * static_cast<double>(x) + add); }
+};
+
+// Binary ------------------------------------------------------------------
+
+struct Add : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C a, C b) const {
+    if constexpr (std::is_integral_v<C>) return wadd(a, b);
+    else return a + b;
+  }
+};
+struct Sub : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C a, C b) const {
+    if constexpr (std::is_integral_v<C>) return wsub(a, b);
+    else return a - b;
+  }
+};
+struct Mul : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C a, C b) const {
+    if constexpr (std::is_integral_v<C>) return wmul(a, b);
+    else return a * b;
+  }
+};
+struct Div : NoParams {
+  using NoParams::NoParams;
+  mutable std::atomic<bool> by_zero{false};
+  template <class C> C operator()(C a, C b) const {
+    if constexpr (std::is_integral_v<C>) {
+      if (b == 0) {
+        by_zero.store(true, std::memory_order_relaxed);
+        return 0;
+      }
+      // INT_MIN / -1 overflows (and traps on x86): it wraps to INT_MIN.
+      if constexpr (std::is_signed_v<C>)
+        if (b == -1) return wneg(a);
+      return static_cast<C>(a / b);
+    } else {
+      return a / b;
+    }
+  }
+  void finish(const Call& c) const {
+    if (by_zero.load()) sdk::fail(BP_ERR_OUT_OF_RANGE, std::string(c.op) + ": integer division by zero");
+  }
+};
+struct Maximum : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C a, C b) const {
+    if constexpr (std::is_integral_v<C>) return a > b ? a : b;
+    else return (a != a || a > b) ? a : b;  // b NaN: a > b false, picks b
+  }
+};
+struct Minimum : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C a, C b) const {
+    if constexpr (std::is_integral_v<C>) return a < b ? a : b;
+    else return (a != a || a < b) ? a : b;
+  }
+};
+struct Pow : Costly {
+  using Costly::Costly;
+  template <class C> C operator()(C a, C b) const { return std::pow(a, b); }
+};
+
+struct Eq : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a == b; } };
+struct Ne : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a != b; } };
+struct Lt : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a < b; } };
+struct Le : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a <= b; } };
+struct Gt : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a > b; } };
+struct Ge : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a >= b; } };
+
+// ---------------------------------------------------------------------------
+// Kernel classes
+
+template <class Op> struct UnaryK {
+  template <bp_dtype D> struct K {
+    static void impl(const Call& c) {
+      c.expect(1, Op::kind);
+      using T = st_t<D>;
+      const Op op(c.params);
+      map1<T, T>(c, [&](T v) { return st<T>(op(ld(v))); }, kGrain / Op::cost);
+      op.finish(c);
+    }
+  };
+};
+
+template <class Op> struct BinaryK {
+  template <bp_dtype D> struct K {
+    static void impl(const Call& c) {
+      c.expect(2, Op::kind);
+      using T = st_t<D>;
+      const Op op(c.params);
+      map2<T, T, T>(c, [&](T a, T b) { return st<T>(op(ld(a), ld(b))); }, kGrain / Op::cost);
+      op.finish(c);
+    }
+  };
+};
+
+template <class Op> struct CompareK {
+  template <bp_dtype D> struct K {
+    static void impl(const Call& c) {
+      c.expect(2, BP_PARAMS_NONE);
+      using T = st_t<D>;
+      const Op op(c.params);
+      map2<T, T, uint8_t>(c, [&](T a, T b) { return static_cast<uint8_t>(op(ld(a), ld(b))); }, kGrain);
+    }
+  };
+};
+
+template <bp_dtype D> struct WhereK {
+  static void impl(const Call& c) {
+    c.expect(3, BP_PARAMS_NONE);
+    map_where<st_t<D>>(c);
+  }
+};
+
+// contiguous only moves bytes: one instantiation per element size.
+template <size_t S> using bits_t = std::conditional_t<
+    S == 1, uint8_t, std::conditional_t<S == 2, uint16_t, std::conditional_t<S == 4, uint32_t, uint64_t>>>;
+
+template <bp_dtype D> struct ContiguousK {
+  static void impl(const Call& c) {
+    c.expect(1, BP_PARAMS_NONE);
+    using T = bits_t<sizeof(st_t<D>)>;
+    map1<T, T>(c, [](T v) { return v; }, kGrain);
+  }
+};
+
+// Cast ----------------------------------------------------------------------
+
+// Rounds to float with round-to-odd, so that a following round-to-nearest-
+// even to a 16-bit float equals a single rounding of the double.
+inline float to_float_odd(double d) {
+  float f = static_cast<float>(d);
+  if (std::isfinite(d) && static_cast<double>(f) != d) {
+    uint32_t b = std::bit_cast<uint32_t>(f);
+    if ((b & 1u) == 0) b = std::fabs(static_cast<double>(f)) > std::fabs(d) ? b - 1 : b + 1;
+    f = std::bit_cast<float>(b);
+  }
+  return f;
+}
+
+template <bp_dtype DI, bp_dtype DO> struct Converter {
+  using TI = st_t<DI>;
+  using TO = st_t<DO>;
+  static constexpr bool fi = is_float(DI);
+  static constexpr bool fo = is_float(DO);
+  static constexpr bool half_out = DO == BP_DTYPE_F16 || DO == BP_DTYPE_BF16;
+  mutable std::atomic<bool> bad{false};
+
+  TO operator()(TI v) const {
+    if constexpr (DO == BP_DTYPE_BOOL) {
+      return static_cast<TO>(ld(v) != comp_t<TI>(0));
+    } else if constexpr (fi && fo) {
+      if constexpr (DI == BP_DTYPE_F64 && half_out) return st<TO>(to_float_odd(v));
+      else return st<TO>(static_cast<comp_t<TO>>(ld(v)));
+    } else if constexpr (fi) {  // float -> int: truncate; NaN, inf, out of range are errors
+      const double t = std::trunc(static_cast<double>(ld(v)));
+      constexpr double lo = static_cast<double>(std::numeric_limits<TO>::min());
+      // max + 1 is exact in double for every int type (2^63 for i64).
+      constexpr double hi = static_cast<double>(std::numeric_limits<TO>::max() / 2 + 1) * 2.0;
+      if (!(t >= lo && t < hi)) {
+        bad.store(true, std::memory_order_relaxed);
+        return TO(0);
+      }
+      return static_cast<TO>(t);
+    } else if constexpr (fo) {  // int/bool -> float
+      if constexpr (half_out) return st<TO>(to_float_odd(static_cast<double>(v)));
+      else return static_cast<TO>(v);
+    } else {  // int/bool -> int wraps (modular conversion)
+      return static_cast<TO>(v);
+    }
+  }
+};
+
+template <bp_dtype DI> struct CastFrom {
+  template <bp_dtype DO> struct K {
+    static void impl(const Call& c) {
+      c.expect(1, BP_PARAMS_CAST);
+      sdk::check(c.params->u.cast.dtype == DO, BP_ERR_INVALID_ARGUMENT,
+                 std::string(c.op) + ": params dtype " + std::string(dtype_name(c.params->u.cast.dtype)) +
+                     " does not match the kernel's output " + std::string(dtype_name(DO)));
+      const Converter<DI, DO> conv;
+      map1<st_t<DI>, st_t<DO>>(c, [&](st_t<DI> v) { return conv(v); }, kGrain);
+      if (conv.bad.load())
+        sdk::fail(BP_ERR_OUT_OF_RANGE, std::string(c.op) + ": " + std::string(dtype_name(DI)) + " value is NaN, infinite or out of range for " +
+                                           std::string(dtype_name(DO)));
+    }
+  };
+};
+
+template <bp_dtype... DIs> void add_casts(sdk::KernelTable& t) {
+  (add_rows<CastFrom<DIs>::template K, BP_CPU_ALL_DTYPES>(
+       t, "cast", [](bp_dtype d) { return std::vector<bp_dtype>{DIs, d}; }, {kStrided}),
+   ...);
+}
+
+}  // namespace
+
+void register_elementwise(sdk::KernelTable& t) {
+  const auto k11 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d}; };
+  const auto k21 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d, d}; };
+  const auto kcmp = [](bp_dtype d) { return std::vector<bp_dtype>{d, d, BP_DTYPE_BOOL}; };
+  const auto kwhere = [](bp_dtype d) { return std::vector<bp_dtype>{BP_DTYPE_BOOL, d, d, d}; };
+  const std::vector<uint8_t> s1{kStrided}, s2{kStrided, kStrided}, s3{kStrided, kStrided, kStrided};
+
+  add_rows<ContiguousK, BP_CPU_ALL_DTYPES>(t, "contiguous", k11, s1);
+  add_casts<BP_CPU_ALL_DTYPES>(t);
+
+  add_rows<UnaryK<Neg>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "neg", k11, s1);
+  add_rows<UnaryK<Abs>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "abs", k11, s1);
+  add_rows<UnaryK<Sign>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "sign", k11, s1);
+  add_rows<UnaryK<Sqr>::K, BP_CPU_FLOAT_DTYPES>(t, "sqr", k11, s1);
+  add_rows<UnaryK<Sqrt>::K, BP_CPU_FLOAT_DTYPES>(t, "sqrt", k11, s1);
+  add_rows<UnaryK<Rsqrt>::K, BP_CPU_FLOAT_DTYPES>(t, "rsqrt", k11, s1);
+  add_rows<UnaryK<Recip>::K, BP_CPU_FLOAT_DTYPES>(t, "recip", k11, s1);
+  add_rows<UnaryK<Exp>::K, BP_CPU_FLOAT_DTYPES>(t, "exp", k11, s1);
+  add_rows<UnaryK<Log>::K, BP_CPU_FLOAT_DTYPES>(t, "log", k11, s1);
+  add_rows<UnaryK<Sin>::K, BP_CPU_FLOAT_DTYPES>(t, "sin", k11, s1);
+  add_rows<UnaryK<Cos>::K, BP_CPU_FLOAT_DTYPES>(t, "cos", k11, s1);
+  add_rows<UnaryK<Tanh>::K, BP_CPU_FLOAT_DTYPES>(t, "tanh", k11, s1);
+  add_rows<UnaryK<Erf>::K, BP_CPU_FLOAT_DTYPES>(t, "erf", k11, s1);
+  add_rows<UnaryK<Floor>::K, BP_CPU_FLOAT_DTYPES>(t, "floor", k11, s1);
+  add_rows<UnaryK<Ceil>::K, BP_CPU_FLOAT_DTYPES>(t, "ceil", k11, s1);
+  add_rows<UnaryK<Round>::K, BP_CPU_FLOAT_DTYPES>(t, "round", k11, s1);
+  add_rows<UnaryK<Relu>::K, BP_CPU_FLOAT_DTYPES>(t, "relu", k11, s1);
+  add_rows<UnaryK<Sigmoid>::K, BP_CPU_FLOAT_DTYPES>(t, "sigmoid", k11, s1);
+  add_rows<UnaryK<Silu>::K, BP_CPU_FLOAT_DTYPES>(t, "silu", k11, s1);
+  add_rows<UnaryK<Softplus>::K, BP_CPU_FLOAT_DTYPES>(t, "softplus", k11, s1);
+  add_rows<UnaryK<Gelu>::K, BP_CPU_FLOAT_DTYPES>(t, "gelu", k11, s1);
+  add_rows<UnaryK<Clamp>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "clamp", k11, s1);
+  add_rows<UnaryK<Affine>::K, BP_CPU_FLOAT_DTYPES>(t, "affine", k11, s1);
+
+  add_rows<BinaryK<Add>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "add", k21, s2);
+  add_rows<BinaryK<Sub>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "sub", k21, s2);
+  add_rows<BinaryK<Mul>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "mul", k21, s2);
+  add_rows<BinaryK<Div>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "div", k21, s2);
+  add_rows<BinaryK<Maximum>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "maximum", k21, s2);
+  add_rows<BinaryK<Minimum>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "minimum", k21, s2);
+  add_rows<BinaryK<Pow>::K, BP_CPU_FLOAT_DTYPES>(t, "pow", k21, s2);
+
+  add_rows<CompareK<Eq>::K, BP_CPU_ALL_DTYPES>(t, "eq", kcmp, s2);
+  add_rows<CompareK<Ne>::K, BP_CPU_ALL_DTYPES>(t, "ne", kcmp, s2);
+  add_rows<CompareK<Lt>::K, BP_CPU_ALL_DTYPES>(t, "lt", kcmp, s2);
+  add_rows<CompareK<Le>::K, BP_CPU_ALL_DTYPES>(t, "le", kcmp, s2);
+  add_rows<CompareK<Gt>::K, BP_CPU_ALL_DTYPES>(t, "gt", kcmp, s2);
+  add_rows<CompareK<Ge>::K, BP_CPU_ALL_DTYPES>(t, "ge", kcmp, s2);
+  add_rows<WhereK, BP_CPU_ALL_DTYPES>(t, "where", kwhere, s3);
+}
+
+}  // namespace backplane::cpu

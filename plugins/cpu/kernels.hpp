@@ -1,0 +1,164 @@
+// Shared declarations of the CPU plugin's kernel files: the per-call view of
+// a kernel's arguments, dtype storage/compute types, registration helpers and
+// one registration function per op family.
+#pragma once
+
+#include <backplane/abi.h>
+#include <backplane/sdk/dtype.hpp>
+#include <backplane/sdk/plugin.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace backplane::cpu {
+
+namespace sdk = backplane::sdk;
+
+// The vector ISA the kernels use, chosen once at initialize (the
+// BACKPLANE_CPU_ISA environment variable can force baseline|avx2|avx512).
+enum class Isa { baseline = 0, avx2 = 1, avx512 = 2 };
+Isa isa();
+
+void register_elementwise(sdk::KernelTable& t);
+void register_reduce(sdk::KernelTable& t);
+void register_linalg(sdk::KernelTable& t);
+void register_index(sdk::KernelTable& t);
+void register_scan(sdk::KernelTable& t);
+
+// ---------------------------------------------------------------------------
+// DTypes: storage type per dtype (bool is one byte, kept as uint8_t so a
+// stray byte value is never undefined behaviour) and the type arithmetic
+// happens in (float for the half types).
+
+template <bp_dtype D> struct storage {
+  using type = dtype_t<D>;
+};
+template <> struct storage<BP_DTYPE_BOOL> {
+  using type = uint8_t;
+};
+template <bp_dtype D> using st_t = typename storage<D>::type;
+
+template <class T> struct Num {
+  using C = T;
+  static C ld(T v) { return v; }
+  static T st(C v) { return v; }
+};
+template <> struct Num<f16> {
+  using C = float;
+  static float ld(f16 v) { return f16_to_float(v.bits); }
+  static f16 st(float v) { return f16{float_to_f16(v)}; }
+};
+template <> struct Num<bf16> {
+  using C = float;
+  static float ld(bf16 v) { return bf16_to_float(v.bits); }
+  static bf16 st(float v) { return bf16{float_to_bf16(v)}; }
+};
+
+template <class T> using comp_t = typename Num<T>::C;
+template <class T> inline comp_t<T> ld(T v) { return Num<T>::ld(v); }
+template <class T> inline T st(comp_t<T> v) { return Num<T>::st(v); }
+
+// Two's-complement wrapping arithmetic without signed overflow.
+template <class T> using wide_u = std::conditional_t<(sizeof(T) > 4), uint64_t, uint32_t>;
+template <class T> inline T wadd(T a, T b) { return static_cast<T>(static_cast<wide_u<T>>(a) + static_cast<wide_u<T>>(b)); }
+template <class T> inline T wsub(T a, T b) { return static_cast<T>(static_cast<wide_u<T>>(a) - static_cast<wide_u<T>>(b)); }
+template <class T> inline T wmul(T a, T b) { return static_cast<T>(static_cast<wide_u<T>>(a) * static_cast<wide_u<T>>(b)); }
+template <class T> inline T wneg(T a) { return static_cast<T>(wide_u<T>{0} - static_cast<wide_u<T>>(a)); }
+
+#define BP_CPU_FLOAT_DTYPES BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64
+#define BP_CPU_INT_DTYPES BP_DTYPE_I8, BP_DTYPE_I16, BP_DTYPE_I32, BP_DTYPE_I64, BP_DTYPE_U8
+#define BP_CPU_ALL_DTYPES BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES, BP_DTYPE_BOOL
+
+inline constexpr uint8_t kStrided = BP_LAYOUT_STRIDED;
+inline constexpr uint8_t kContiguous = BP_LAYOUT_CONTIGUOUS;
+
+// ---------------------------------------------------------------------------
+// One kernel call's arguments.
+
+struct Call {
+  const bp_kernel_context* ctx;
+  const bp_storage* in;
+  size_t n_in;
+  const bp_storage* out;
+  size_t n_out;
+  const bp_layout* lay;
+  const bp_op_params* params;
+  const char* op;
+
+  const bp_host_api* host() const { return ctx ? ctx->host : nullptr; }
+  const bp_layout& in_layout(size_t i) const { return lay[i]; }
+  const bp_layout& out_layout(size_t i = 0) const { return lay[n_in + i]; }
+  template <class T> const T* in_data(size_t i) const { return static_cast<const T*>(in[i].data); }
+  template <class T> T* out_data(size_t i = 0) const { return static_cast<T*>(out[i].data); }
+  bool has_input(size_t i) const { return i < n_in && in[i].buffer_handle != 0 && in[i].data != nullptr; }
+
+  // Argument checks every kernel makes: a wrong count or params variant is a
+  // host bug, reported rather than followed into a crash.
+  void expect(size_t inputs, bp_params_kind kind) const {
+    sdk::check(in != nullptr && out != nullptr && lay != nullptr, BP_ERR_INVALID_ARGUMENT,
+               std::string(op) + ": NULL inputs, outputs or layouts");
+    sdk::check(n_in == inputs || (inputs == 0 && n_in >= 1), BP_ERR_INVALID_ARGUMENT,
+               std::string(op) + ": expected " + std::to_string(inputs) + " inputs, got " + std::to_string(n_in));
+    sdk::check(n_out == 1, BP_ERR_INVALID_ARGUMENT, std::string(op) + ": expected 1 output, got " + std::to_string(n_out));
+    if (kind != BP_PARAMS_NONE)
+      sdk::check(params != nullptr && params->kind == kind, BP_ERR_INVALID_ARGUMENT,
+                 std::string(op) + ": wrong params variant");
+  }
+  // A bundled output's slot i.
+  const bp_bundle_slot& slot(size_t i) const {
+    sdk::check(out[0].n_slots > i && out[0].slots != nullptr, BP_ERR_INVALID_ARGUMENT,
+               std::string(op) + ": output bundle lacks slot " + std::to_string(i));
+    return out[0].slots[i];
+  }
+  template <class T> T* slot_data(size_t i) const {
+    return reinterpret_cast<T*>(static_cast<char*>(out[0].data) + slot(i).byte_offset);
+  }
+};
+
+template <class F> void pfor(const Call& c, int64_t n, int64_t grain, F&& f) {
+  sdk::parallel_for(c.host(), n, grain < 1 ? 1 : grain, std::forward<F>(f));
+}
+
+inline uint32_t num_threads(const Call& c) {
+  const bp_host_api* h = c.host();
+  if (h == nullptr || h->num_threads == nullptr || h->parallel_for == nullptr) return 1;
+  const uint32_t n = h->num_threads(h->host_ctx);
+  return n < 1 ? 1 : n;
+}
+
+// Elements a thread should get at least: below ~32K elements one thread.
+inline constexpr int64_t kGrain = 32768;
+
+// The op name of kernel-table row `index` ("?" when out of range), for
+// error messages.
+const char* op_name(uint32_t index) noexcept;
+
+// The bp_kernel_fn for a kernel class K with `static void impl(const Call&)`.
+template <class K>
+bp_error* entry(const bp_kernel_context* ctx, const bp_storage* inputs, size_t n_inputs, const bp_storage* outputs,
+                size_t n_outputs, const bp_layout* layouts, const bp_op_params* params) noexcept {
+  return sdk::guard([&] {
+    K::impl(Call{ctx, inputs, n_inputs, outputs, n_outputs, layouts, params, op_name(ctx ? ctx->kernel_index : ~0u)});
+  });
+}
+
+// Adds one table row per dtype D in Ds for the kernel class template K:
+// key(D) gives the dtype key, layouts the per-input capabilities.
+template <template <bp_dtype> class K, bp_dtype... Ds, class KeyFn>
+void add_rows(sdk::KernelTable& t, std::string_view op, KeyFn key, const std::vector<uint8_t>& layouts,
+              uint32_t bundle_slots = 0, uint32_t flags = 0) {
+  (t.add(op, key(Ds), layouts, &entry<K<Ds>>, bundle_slots, flags), ...);
+}
+
+inline std::string dims_str(const bp_layout& l) {
+  std::string s = "[";
+  for (uint32_t i = 0; i < l.rank; ++i) s += (i ? ", " : "") + std::to_string(l.shape[i]);
+  return s + "]";
+}
+
+}  // namespace backplane::cpu

@@ -1,0 +1,245 @@
+// Entry point, device and memory of the CPU plugin. Kernels live in the
+// family files and are registered through kernels.hpp.
+#include "kernels.hpp"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+struct bp_device {
+  int index;
+};
+
+namespace backplane::cpu {
+namespace {
+
+Isa g_isa = Isa::baseline;
+const bp_host_api* g_host = nullptr;
+bp_device g_device{0};
+std::string g_description;
+
+constexpr std::string_view kName = "cpu";
+constexpr std::string_view kVersion = "0.1.0";
+constexpr uint64_t kAlign = 64;
+constexpr uint64_t kHugeBlock = uint64_t{2} << 20;
+// Every block starts with a header that records its size, so buffer_read and
+// buffer_write can refuse ranges outside the block. The data starts kAlign
+// bytes after the header start, which keeps it 64-byte aligned.
+constexpr uint64_t kMagic = 0x42504350552d6d65ull;
+struct BlockHeader {
+  uint64_t magic;
+  uint64_t size;
+};
+static_assert(sizeof(BlockHeader) <= kAlign);
+
+Isa detect_isa() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  Isa best = Isa::baseline;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::avx2;
+  if (best == Isa::avx2 && __builtin_cpu_supports("avx512f")) best = Isa::avx512;
+  if (const char* env = std::getenv("BACKPLANE_CPU_ISA")) {
+    const std::string_view want(env);
+    // A forced ISA never exceeds what the processor has.
+    if (want == "baseline") return Isa::baseline;
+    if (want == "avx2") return best >= Isa::avx2 ? Isa::avx2 : best;
+    if (want == "avx512") return best;
+  }
+  return best;
+#else
+  return Isa::baseline;
+#endif
+}
+
+std::string_view isa_name(Isa i) {
+  switch (i) {
+    case Isa::avx512: return "avx512";
+    case Isa::avx2: return "avx2";
+    default: return "baseline";
+  }
+}
+
+const sdk::KernelTable& table() {
+  static const sdk::KernelTable t = [] {
+    sdk::KernelTable k;
+    register_elementwise(k);
+    register_reduce(k);
+    register_linalg(k);
+    register_index(k);
+    register_scan(k);
+    return k;
+  }();
+  return t;
+}
+
+bp_error* initialize(const bp_host_api* host) {
+  return sdk::guard([&] {
+    g_host = host;
+    g_isa = detect_isa();
+    const uint32_t threads = host && host->num_threads ? host->num_threads(host->host_ctx) : 1;
+    g_description = "host CPU (" + std::string(isa_name(g_isa)) + ", " + std::to_string(threads) + " threads)";
+  });
+}
+
+void shutdown() {
+  g_host = nullptr;
+  g_description.clear();
+  g_description.shrink_to_fit();
+}
+
+uint32_t device_count() { return 1; }
+
+bp_error* device_get(uint32_t index, bp_device** out_device) {
+  return sdk::guard([&] {
+    sdk::check(out_device != nullptr, BP_ERR_INVALID_ARGUMENT, "device_get: out_device is NULL");
+    sdk::check(index == 0, BP_ERR_OUT_OF_RANGE, "device_get: the cpu plugin has one device, asked for " + std::to_string(index));
+    *out_device = &g_device;
+  });
+}
+
+bp_error* device_info(bp_device* device, bp_device_info* out_info) {
+  return sdk::guard([&] {
+    sdk::check(device == &g_device, BP_ERR_INVALID_ARGUMENT, "device_info: not a cpu device");
+    sdk::check(out_info != nullptr, BP_ERR_INVALID_ARGUMENT, "device_info: out_info is NULL");
+    // Fill only the fields the host's struct has room for.
+    bp_device_info info{};
+    info.struct_size = sizeof(bp_device_info);
+    info.name = sdk::to_bp("cpu");
+    info.kind = sdk::to_bp("cpu");
+    info.description = sdk::to_bp(g_description.empty() ? std::string_view("host CPU") : std::string_view(g_description));
+    info.memory_kind = BP_MEMORY_HOST;
+    info.buffer_alignment = kAlign;
+    info.max_buffer_size = 0;
+    const size_t n = std::min(out_info->struct_size ? out_info->struct_size : sizeof(bp_device_info), sizeof(bp_device_info));
+    std::memcpy(out_info, &info, n);
+    out_info->struct_size = n;
+  });
+}
+
+BlockHeader* header_of(uint64_t handle) {
+  return reinterpret_cast<BlockHeader*>(static_cast<uintptr_t>(handle) - kAlign);
+}
+
+BlockHeader* checked_header(uint64_t handle, const char* what) {
+  sdk::check(handle != 0, BP_ERR_INVALID_ARGUMENT, std::string(what) + ": buffer handle is 0");
+  BlockHeader* h = header_of(handle);
+  sdk::check(h->magic == kMagic, BP_ERR_INVALID_ARGUMENT, std::string(what) + ": not a cpu buffer");
+  return h;
+}
+
+bp_error* buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out_buffer) {
+  return sdk::guard([&] {
+    sdk::check(device == &g_device, BP_ERR_INVALID_ARGUMENT, "buffer_allocate: not a cpu device");
+    sdk::check(out_buffer != nullptr, BP_ERR_INVALID_ARGUMENT, "buffer_allocate: out_buffer is NULL");
+    sdk::check(size <= (uint64_t{1} << 62), BP_ERR_OUT_OF_MEMORY, "buffer_allocate: " + std::to_string(size) + " bytes is too large");
+    const bool huge = size >= kHugeBlock;
+    // Large blocks start on a 2 MiB boundary so transparent huge pages can
+    // back them: first touches of fresh memory cost more than the arithmetic.
+    const uint64_t align = huge ? kHugeBlock : kAlign;
+    const uint64_t total = (size + kAlign + kAlign - 1) / kAlign * kAlign;
+    void* p = nullptr;
+    if (posix_memalign(&p, align, total) != 0 || p == nullptr)
+      sdk::fail(BP_ERR_OUT_OF_MEMORY, "buffer_allocate: cannot allocate " + std::to_string(size) + " bytes");
+#ifdef MADV_HUGEPAGE
+    if (huge) madvise(p, total, MADV_HUGEPAGE);  // advisory; failure is harmless
+#endif
+    auto* h = static_cast<BlockHeader*>(p);
+    h->magic = kMagic;
+    h->size = size;
+    char* data = static_cast<char*>(p) + kAlign;
+    out_buffer->handle = reinterpret_cast<uintptr_t>(data);
+    out_buffer->host_ptr = data;
+    out_buffer->size = size;
+  });
+}
+
+void buffer_free(bp_device*, uint64_t handle) {
+  if (handle == 0) return;
+  BlockHeader* h = header_of(handle);
+  if (h->magic != kMagic) return;
+  h->magic = 0;
+  std::free(h);
+}
+
+bp_error* buffer_write(bp_device*, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
+  return sdk::guard([&] {
+    BlockHeader* h = checked_header(handle, "buffer_write");
+    sdk::check(offset <= h->size && size <= h->size - offset, BP_ERR_OUT_OF_RANGE,
+               "buffer_write: range [" + std::to_string(offset) + ", +" + std::to_string(size) +
+                   ") outside a buffer of " + std::to_string(h->size) + " bytes");
+    if (size) std::memcpy(reinterpret_cast<char*>(static_cast<uintptr_t>(handle)) + offset, src, size);
+  });
+}
+
+bp_error* buffer_read(bp_device*, uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
+  return sdk::guard([&] {
+    BlockHeader* h = checked_header(handle, "buffer_read");
+    sdk::check(offset <= h->size && size <= h->size - offset, BP_ERR_OUT_OF_RANGE,
+               "buffer_read: range [" + std::to_string(offset) + ", +" + std::to_string(size) +
+                   ") outside a buffer of " + std::to_string(h->size) + " bytes");
+    if (size) std::memcpy(dst, reinterpret_cast<const char*>(static_cast<uintptr_t>(handle)) + offset, size);
+  });
+}
+
+bp_status_code error_code(const bp_error* e) { return sdk::error_code(e); }
+bp_string error_message(const bp_error* e) { return sdk::error_message(e); }
+void error_destroy(bp_error* e) { sdk::error_destroy(e); }
+
+const bp_plugin_api* api() {
+  static const bp_plugin_api a = [] {
+    const sdk::KernelTable& t = table();
+    bp_plugin_api x{};
+    x.struct_size = sizeof(bp_plugin_api);
+    x.abi_major = BP_ABI_VERSION_MAJOR;
+    x.abi_minor = BP_ABI_VERSION_MINOR;
+    x.name = sdk::to_bp(kName);
+    x.version = sdk::to_bp(kVersion);
+    x.kernels = t.data();
+    x.n_kernels = t.size();
+    x.error_code = error_code;
+    x.error_message = error_message;
+    x.error_destroy = error_destroy;
+    x.initialize = initialize;
+    x.shutdown = shutdown;
+    x.device_count = device_count;
+    x.device_get = device_get;
+    x.device_info = device_info;
+    x.device_supports_kernel = nullptr;
+    x.buffer_allocate = buffer_allocate;
+    x.buffer_free = buffer_free;
+    x.buffer_write = buffer_write;
+    x.buffer_read = buffer_read;
+    x.begin = nullptr;
+    x.synchronize = nullptr;
+    x.infer_custom_op = nullptr;
+    return x;
+  }();
+  return &a;
+}
+
+}  // namespace
+
+Isa isa() { return g_isa; }
+
+const char* op_name(uint32_t index) noexcept {
+  const sdk::KernelTable& t = table();
+  // Table names are std::strings, so data() is NUL-terminated.
+  return index < t.size() ? t.data()[index].op.data : "?";
+}
+
+}  // namespace backplane::cpu
+
+extern "C" BP_EXPORT bp_status_code backplane_plugin_entry(const bp_plugin_query* query, const bp_plugin_api** out_api) {
+  // Building the table only fills vectors; an allocation failure here must
+  // not escape as an exception.
+  const bp_plugin_api* a = nullptr;
+  try {
+    a = backplane::cpu::api();
+  } catch (...) {
+    if (out_api) *out_api = nullptr;
+    return BP_ERR_OUT_OF_MEMORY;
+  }
+  return backplane::sdk::negotiate(query, a, out_api);
+}

@@ -1,0 +1,5 @@
+#include "kernels.hpp"
+
+namespace backplane::cpu {
+void register_scan(sdk::KernelTable&) {}
+}  // namespace backplane::cpu
