@@ -18,3 +18,22 @@ void elem_offsets(int i, out int off[NREC]) {
     for (int k = 0; k < NREC; ++k) off[k] += r * REC_STRIDE(k, d);
   }
 }
+
+// Scalar params of the compute type of IN_DT, word index i from PARAMS.
+#ifdef IN_DT
+#if defined(IN_FC)
+float param_in(int i) { return intBitsToFloat(A(PARAMS + i)); }
+#define PWORDS 1
+#elif defined(IN_DC)
+double param_in(int i) { return packDouble2x32(uvec2(uint(A(PARAMS + i)), uint(A(PARAMS + i + 1)))); }
+#define PWORDS 2
+#elif defined(IN_LC)
+int64_t param_in(int i) {
+  return int64_t(uint64_t(uint(A(PARAMS + i))) | (uint64_t(uint(A(PARAMS + i + 1))) << 32));
+}
+#define PWORDS 2
+#else
+int param_in(int i) { return A(PARAMS + i); }
+#define PWORDS 1
+#endif
+#endif

@@ -1,5 +1,9 @@
-// Elementwise kernels: binary arithmetic, comparisons.
+// Elementwise kernels: unary, binary arithmetic, comparisons, where, cast,
+// contiguous, concat (one strided copy per input).
 #include "kernels.hpp"
+
+#include <algorithm>
+#include <cstdint>
 
 namespace bpvk {
 
@@ -59,6 +63,100 @@ void binary_impl(Call& c) {
                    c.out[0], c.lout(), od, Args{});
 }
 
+enum UnaryOp {
+  kNeg, kAbs, kSign, kSqr, kSqrt, kRsqrt, kRecip, kExp, kLog, kSin, kCos, kTanh, kErf, kFloor, kCeil, kRound,
+  kRelu, kSigmoid, kSilu, kSoftplus, kGelu, kGeluTanh, kClamp, kAffine
+};
+
+// Writes a value in the compute type of dtype d (see param_in in eltwise.glsl).
+void param_value(Args& a, bp_dtype d, double f, int64_t i) {
+  switch (d) {
+    case BP_DTYPE_F64: a.f64(f); break;
+    case BP_DTYPE_F32: case BP_DTYPE_F16: case BP_DTYPE_BF16: a.f32(f); break;
+    case BP_DTYPE_I64: a.i64(i); break;
+    default: a.i32(i);
+  }
+}
+
+int64_t int_min(bp_dtype d) {
+  switch (d) {
+    case BP_DTYPE_I8: return INT8_MIN;
+    case BP_DTYPE_I16: return INT16_MIN;
+    case BP_DTYPE_I32: return INT32_MIN;
+    case BP_DTYPE_U8: return 0;
+    default: return INT64_MIN;
+  }
+}
+int64_t int_max(bp_dtype d) {
+  switch (d) {
+    case BP_DTYPE_I8: return INT8_MAX;
+    case BP_DTYPE_I16: return INT16_MAX;
+    case BP_DTYPE_I32: return INT32_MAX;
+    case BP_DTYPE_U8: return UINT8_MAX;
+    default: return INT64_MAX;
+  }
+}
+
+void unary_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  int code = c.row.code;
+  Args p;
+  if (code == kGelu && c.params && c.params->kind == BP_PARAMS_GELU && c.params->u.gelu.tanh_approximation)
+    code = kGeluTanh;
+  if (code == kClamp) {
+    const auto& cp = c.params_of(BP_PARAMS_CLAMP).u.clamp;
+    p.i32(cp.has_min ? 1 : 0);
+    p.i32(cp.has_max ? 1 : 0);
+    if (backplane::is_float(d)) {
+      param_value(p, d, cp.has_min ? cp.min_f : 0.0, 0);
+      param_value(p, d, cp.has_max ? cp.max_f : 0.0, 0);
+    } else {
+      param_value(p, d, 0, cp.has_min ? std::clamp(cp.min_i, int_min(d), int_max(d)) : 0);
+      param_value(p, d, 0, cp.has_max ? std::clamp(cp.max_i, int_min(d), int_max(d)) : 0);
+    }
+  } else if (code == kAffine) {
+    const auto& ap = c.params_of(BP_PARAMS_AFFINE).u.affine;
+    param_value(p, d, ap.mul, 0);
+    param_value(p, d, ap.add, 0);
+  }
+  eltwise_dispatch(c, shader("unary", d), {code}, {{&c.in[0], &c.lin(0), d}}, c.out[0], c.lout(), d, p);
+}
+
+void where_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[1];
+  eltwise_dispatch(c, shader("where", d), {},
+                   {{&c.in[0], &c.lin(0), BP_DTYPE_BOOL}, {&c.in[1], &c.lin(1), d}, {&c.in[2], &c.lin(2), d}},
+                   c.out[0], c.lout(), d, Args{});
+}
+
+std::string copy_shader(bp_dtype from, bp_dtype to) { return from == to ? shader("copy", from) : shader("copy", from, to); }
+
+// contiguous and cast: one strided copy.
+void copy_impl(Call& c) {
+  const bp_dtype from = c.row.dtypes[0], to = c.row.dtypes.back();
+  eltwise_dispatch(c, copy_shader(from, to), {}, {{&c.in[0], &c.lin(0), from}}, c.out[0], c.lout(), to, Args{});
+}
+
+// concat: input k is copied into the slice of the output it occupies.
+void concat_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
+  const bp_layout& ol = c.lout();
+  check(dim >= 0 && static_cast<uint32_t>(dim) < ol.rank, BP_ERR_INVALID_ARGUMENT, "concat: dim out of range");
+  int64_t at = 0;
+  for (size_t k = 0; k < c.n_in; ++k) {
+    const bp_layout& il = c.lin(k);
+    check(il.rank == ol.rank, BP_ERR_INVALID_ARGUMENT, "concat: input rank differs from output");
+    bp_layout view = ol;
+    for (uint32_t i = 0; i < ol.rank; ++i) view.shape[i] = il.shape[i];
+    view.offset = ol.offset + at * ol.strides[dim];
+    at += il.shape[dim];
+    check(at <= ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs longer than the output");
+    eltwise_dispatch(c, copy_shader(d, d), {}, {{&c.in[k], &il, d}}, c.out[0], view, d, Args{});
+  }
+  check(at == ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs do not fill the output");
+}
+
 }  // namespace
 
 void register_eltwise(Registry& r) {
@@ -69,10 +167,21 @@ void register_eltwise(Registry& r) {
   std::vector<bp_dtype> numeric(std::begin(floats), std::end(floats));
   numeric.insert(numeric.end(), std::begin(ints), std::end(ints));
 
-  // First slice: f32 only until the other dtypes are verified.
-  numeric = {BP_DTYPE_F32};
-  const bp_dtype all_f32[] = {BP_DTYPE_F32};
-  (void)all;
+  // Unary: float ops on f32/f16/bf16 (f32 math); f64 only where GLSL has
+  // exact double built-ins; integers: neg abs sign clamp.
+  const char* unops[] = {"neg",   "abs",  "sign",  "sqr",  "sqrt",    "rsqrt", "recip",    "exp",
+                         "log",   "sin",  "cos",   "tanh", "erf",     "floor", "ceil",     "round",
+                         "relu",  "sigmoid", "silu", "softplus", "gelu", nullptr, "clamp", "affine"};
+  for (int op = 0; op < 24; ++op) {
+    if (!unops[op]) continue;
+    for (bp_dtype d : numeric) {
+      const bool f = backplane::is_float(d);
+      const bool transcendental = (op >= kExp && op <= kErf) || (op >= kSigmoid && op <= kGeluTanh);
+      if (d == BP_DTYPE_F64 && transcendental) continue;
+      if (!f && !(op == kNeg || op == kAbs || op == kSign || op == kClamp)) continue;
+      r.add(unops[op], {d, d}, {S}, unary_impl, op);
+    }
+  }
   const char* binops[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow"};
   for (int op = 0; op < 7; ++op)
     for (bp_dtype d : numeric) {
@@ -81,7 +190,12 @@ void register_eltwise(Registry& r) {
     }
   const char* cmps[] = {"eq", "ne", "lt", "le", "gt", "ge"};
   for (int op = 0; op < 6; ++op)
-    for (bp_dtype d : all_f32) r.add(cmps[op], {d, d, BP_DTYPE_BOOL}, {S, S}, binary_impl, 100 + op);
+    for (bp_dtype d : all) r.add(cmps[op], {d, d, BP_DTYPE_BOOL}, {S, S}, binary_impl, 100 + op);
+  for (bp_dtype d : all) r.add("where", {BP_DTYPE_BOOL, d, d, d}, {S, S, S}, where_impl);
+  for (bp_dtype d : all) r.add("contiguous", {d, d}, {S}, copy_impl);
+  for (bp_dtype from : all)
+    for (bp_dtype to : all) r.add("cast", {from, to}, {S}, copy_impl);
+  for (bp_dtype d : all) r.add("concat", {d, d}, {S}, concat_impl, 0, 0, true);
 }
 
 }  // namespace bpvk

@@ -140,12 +140,28 @@ bool Pipelines::shader_available(const std::string& shader) const { return find_
 VkShaderModule Pipelines::module(const std::string& shader) {
   auto it = modules_.find(shader);
   if (it != modules_.end()) return it->second;
-  const SpirvBlob* blob = find_spirv(shader);
-  check(blob != nullptr, BP_ERR_INTERNAL, "vulkan: no embedded shader " + shader);
   VkShaderModuleCreateInfo ci{};
   ci.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
-  ci.codeSize = blob->n_words * 4;
-  ci.pCode = blob->words;
+  // Shader development: BACKPLANE_VULKAN_SHADER_DIR=<dir> loads <dir>/<name>.spv
+  // instead of the embedded copy when the file exists.
+  std::vector<uint32_t> file_words;
+  if (const char* dir = std::getenv("BACKPLANE_VULKAN_SHADER_DIR"); dir && *dir) {
+    std::ifstream in(std::string(dir) + "/" + shader + ".spv", std::ios::binary);
+    if (in) {
+      std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      file_words.resize(bytes.size() / 4);
+      std::memcpy(file_words.data(), bytes.data(), file_words.size() * 4);
+    }
+  }
+  if (!file_words.empty()) {
+    ci.codeSize = file_words.size() * 4;
+    ci.pCode = file_words.data();
+  } else {
+    const SpirvBlob* blob = find_spirv(shader);
+    check(blob != nullptr, BP_ERR_INTERNAL, "vulkan: no embedded shader " + shader);
+    ci.codeSize = blob->n_words * 4;
+    ci.pCode = blob->words;
+  }
   VkShaderModule m = VK_NULL_HANDLE;
   vk_check(vkCreateShaderModule(dev_->dev, &ci, nullptr, &m), "vkCreateShaderModule");
   modules_[shader] = m;

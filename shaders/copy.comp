@@ -1,0 +1,93 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Strided copy with dtype conversion: contiguous (IN_DT == OUT_DT, -DSAME),
+// cast, and the pieces of concat (strided output). Float->int casts of NaN,
+// infinity or out-of-range values raise ERR_CAST.
+#define NREC 2  // input, output
+#include "common.glsl"
+#include "eltwise.glsl"
+
+layout(local_size_x = WG) in;
+
+DECL_RO(2, a, IN_DT)
+DECL_RW(3, o, OUT_DT)
+
+#define IT CTYPE(IN_DT)
+#define OT CTYPE(OUT_DT)
+
+#ifdef IN_DC
+// double -> float rounded to odd, so that a second rounding to f16/bf16 is exact.
+float d2f_odd(double d) {
+  float f = float(d);
+  if (isinf(f) || isnan(f) || double(f) == d) return f;
+  uint u = floatBitsToUint(f);
+  if (abs(double(f)) > abs(d)) u -= 1u;
+  return uintBitsToFloat(u | 1u);
+}
+#endif
+
+OT convert(IT x) {
+#if OUT_DT == DT_BOOL
+  return (x == IT(0)) ? 0 : 1;
+#elif defined(IN_FLOAT) && defined(OUT_FLOAT)
+#if defined(IN_DC) && (OUT_DT == DT_F16 || OUT_DT == DT_BF16)
+  return d2f_odd(x);
+#else
+  return OT(x);
+#endif
+#elif defined(IN_FLOAT)
+  // float -> integer: truncate, error when not representable.
+  IT t = trunc(x);
+#if OUT_DT == DT_I8
+  const IT lo = IT(-128.0), hi = IT(127.0);
+#elif OUT_DT == DT_I16
+  const IT lo = IT(-32768.0), hi = IT(32767.0);
+#elif OUT_DT == DT_U8
+  const IT lo = IT(0.0), hi = IT(255.0);
+#elif OUT_DT == DT_I32
+  const IT lo = IT(-2147483648.0), hi = IT(2147483647.0);
+#else
+  const IT lo = IT(-9223372036854775808.0), hi = IT(9223372036854775807.0);
+#endif
+  // hi may round up to 2^31 / 2^63 in IT: require t < that bound instead.
+  bool ok = !isnan(x) && t >= lo && (hi == IT(2147483647.0) || hi == IT(9223372036854775807.0) ? t < hi : t <= hi);
+  if (!ok) {
+    raise_error(ERR_CAST);
+    return OT(0);
+  }
+  return OT(t);
+#else
+  // integer -> float or integer (wraps).
+  return OT(x);
+#endif
+}
+
+void main() {
+  const int n = int(pc.n);
+  const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
+  const int i0 = j * 4;
+  if (i0 >= n) return;
+  if ((A(1) & 1) != 0 && i0 + 4 <= n) {
+    const int oa = REC_OFF(0), oo = REC_OFF(1);
+#ifdef SAME
+    o4[oo / 4 + j] = a4[oa / 4 + j];
+#else
+    CTYPE4(IN_DT) va = LD4(IN_DT, a4[oa / 4 + j]);
+    CTYPE4(OUT_DT) r;
+    for (int c = 0; c < 4; ++c) r[c] = convert(va[c]);
+    o4[oo / 4 + j] = SV4(OUT_DT, r);
+#endif
+    return;
+  }
+  for (int c = 0; c < 4; ++c) {
+    const int i = i0 + c;
+    if (i >= n) break;
+    int off[NREC];
+    elem_offsets(i, off);
+#ifdef SAME
+    o[off[1]] = a[off[0]];
+#else
+    o[off[1]] = SV(OUT_DT, convert(LD(IN_DT, a[off[0]])));
+#endif
+  }
+}

@@ -1,0 +1,99 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Unary elementwise ops; OP (specialization constant):
+//  0 neg 1 abs 2 sign 3 sqr 4 sqrt 5 rsqrt 6 recip 7 exp 8 log 9 sin 10 cos
+// 11 tanh 12 erf 13 floor 14 ceil 15 round 16 relu 17 sigmoid 18 silu
+// 19 softplus 20 gelu(erf) 21 gelu(tanh) 22 clamp 23 affine
+// Params: clamp [has_min, has_max, min, max], affine [mul, add] (compute type).
+#define NREC 2  // x, output
+#include "common.glsl"
+#include "eltwise.glsl"
+#include "math.glsl"
+
+layout(local_size_x = WG) in;
+layout(constant_id = 0) const int OP = 0;
+
+DECL_RO(2, a, IN_DT)
+DECL_RW(3, o, OUT_DT)
+
+#define CT CTYPE(IN_DT)
+
+CT op(CT x) {
+  if (OP == 0) return -x;
+  if (OP == 1) return x < CT(0) ? -x : x;
+  if (OP == 2) {
+#ifdef IN_FLOAT
+    if (isnan(x) || x == CT(0)) return x;
+#endif
+    return x > CT(0) ? CT(1) : (x < CT(0) ? CT(-1) : CT(0));
+  }
+  if (OP == 22) {
+#ifdef IN_FLOAT
+    if (isnan(x)) return x;
+#endif
+    if (A(PARAMS) != 0 && x < param_in(2)) x = param_in(2);
+    if (A(PARAMS + 1) != 0 && x > param_in(2 + PWORDS)) x = param_in(2 + PWORDS);
+    return x;
+  }
+#ifdef IN_FLOAT
+  if (OP == 3) return x * x;
+  if (OP == 4) return x < CT(0) ? CT(F_NAN) : sqrt(x);
+  if (OP == 5) return x < CT(0) ? CT(F_NAN) : CT(1) / sqrt(x);
+  if (OP == 6) return CT(1) / x;
+  if (OP == 13) return floor(x);
+  if (OP == 14) return ceil(x);
+  if (OP == 15) return roundEven(x);
+  if (OP == 16) return (x > CT(0) || isnan(x)) ? x : CT(0);
+  if (OP == 23) return param_in(0) * x + param_in(PWORDS);
+#ifdef IN_FC
+  if (OP == 7) return exp_f(x);
+  if (OP == 8) return log_f(x);
+  if (OP == 9) return sin_f(x);
+  if (OP == 10) return cos_f(x);
+  if (OP == 11) return tanh_f(x);
+  if (OP == 12) return erf_f(x);
+  if (OP == 17) {
+    if (x >= 0.0) return 1.0 / (1.0 + exp_f(-x));
+    float e = exp_f(x);
+    return e / (1.0 + e);
+  }
+  if (OP == 18) {
+    if (x >= 0.0) return x / (1.0 + exp_f(-x));
+    float e = exp_f(x);
+    return x * e / (1.0 + e);
+  }
+  if (OP == 19) {
+    if (isnan(x)) return x;
+    return max(x, 0.0) + log1p_f(exp_f(-abs(x)));
+  }
+  if (OP == 20) return 0.5 * x * erfc_f(-x * 0.70710678118654752);
+  if (OP == 21) {
+    float u = 0.79788456080286536 * (x + 0.044715 * x * x * x);
+    return x / (1.0 + exp_f(-2.0 * u));
+  }
+#endif
+#endif
+  return x;
+}
+
+void main() {
+  const int n = int(pc.n);
+  const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
+  const int i0 = j * 4;
+  if (i0 >= n) return;
+  if ((A(1) & 1) != 0 && i0 + 4 <= n) {
+    const int oa = REC_OFF(0), oo = REC_OFF(1);
+    CTYPE4(IN_DT) va = LD4(IN_DT, a4[oa / 4 + j]);
+    CTYPE4(OUT_DT) r;
+    for (int c = 0; c < 4; ++c) r[c] = op(va[c]);
+    o4[oo / 4 + j] = SV4(OUT_DT, r);
+    return;
+  }
+  for (int c = 0; c < 4; ++c) {
+    const int i = i0 + c;
+    if (i >= n) break;
+    int off[NREC];
+    elem_offsets(i, off);
+    o[off[1]] = SV(OUT_DT, op(LD(IN_DT, a[off[0]])));
+  }
+}
