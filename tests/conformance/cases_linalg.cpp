@@ -1,0 +1,175 @@
+// Cases for linear algebra, convolution and indexing: matmul, conv2d,
+// gather, index_select, concat.
+#include "conformance/cases.hpp"
+
+namespace backplane::conformance {
+
+namespace {
+
+void require(bool ok, const KernelSpec& k, const std::string& what) {
+  if (!ok) throw NoCases(k.op + " " + k.key() + ": " + what + " (OPS.md)");
+}
+
+// Mostly positive values: dot products do not cancel to ~0, where OPS.md's
+// relative bound would measure rounding noise.
+Fill dot_fill() { return fill_uniform(-0.25, 1.0); }
+
+void matmul_cases(CaseContext& ctx) {
+  const KernelSpec& k = ctx.kernel;
+  require(k.declared_inputs() == 2 && k.in(0) == k.out() && k.in(1) == k.out() && is_float(k.out()), k,
+          "matmul takes a, b of one float dtype");
+  const bp_dtype d = k.out();
+  std::vector<std::pair<Shape, Shape>> list = {
+      {{1, 1}, {1, 1}},       {{7, 13}, {13, 5}},         {{0, 3}, {3, 4}},          {{3, 0}, {0, 4}},
+      {{5}, {5}},             {{5}, {5, 3}},              {{4, 5}, {5}},             {{2, 3, 4}, {4, 5}},
+      {{2, 3, 4}, {2, 4, 5}}, {{2, 1, 3, 4}, {5, 4, 6}},  {{3, 4}, {2, 4, 5}},       {{1, 17}, {17, 1}},
+      {{2, 1, 2, 1, 2, 1, 3, 4}, {2, 1, 2, 1, 2, 4, 2}},
+  };
+  if (ctx.large) {
+    list.push_back({{256, 256}, {256, 64}});
+    list.push_back({{4, 64, 128}, {128, 48}});
+  }
+  for (const auto& [sa, sb] : list) {
+    OpSpec s;
+    s.op = "matmul";
+    s.tol = TolClass::Compound;
+    s.inputs = {{"a", d, sa, dot_fill()}, {"b", d, sb, dot_fill()}};
+    ctx.add(s);
+  }
+}
+
+void conv2d_cases(CaseContext& ctx) {
+  const KernelSpec& k = ctx.kernel;
+  require(k.declared_inputs() == 3 && k.in(0) == k.out() && k.in(1) == k.out() && k.in(2) == k.out() &&
+              is_float(k.out()),
+          k, "conv2d takes x, w, bias? of one float dtype");
+  const bp_dtype d = k.out();
+  struct Conv {
+    Shape x, w;
+    bool bias;
+    Json params;
+  };
+  std::vector<Conv> list = {
+      {{2, 4, 7, 9}, {6, 4, 3, 3}, true, {{"stride", {1, 1}}, {"padding", {1, 1}}, {"dilation", {1, 1}}, {"groups", 1}}},
+      {{2, 4, 7, 9}, {6, 4, 3, 3}, false, Json::object()},
+      {{1, 3, 8, 8}, {4, 3, 3, 3}, true, {{"stride", 2}, {"padding", 1}}},
+      {{1, 3, 8, 9}, {2, 3, 3, 2}, true, {{"stride", {2, 1}}, {"padding", {0, 1, 2, 1}}}},
+      {{1, 4, 9, 9}, {4, 2, 3, 3}, true, {{"groups", 2}, {"dilation", 2}, {"padding", 2}}},
+      {{2, 4, 6, 6}, {4, 1, 3, 3}, false, {{"groups", 4}, {"padding", {1, 1}}}},  // depthwise
+      {{1, 2, 5, 5}, {3, 2, 1, 1}, true, Json::object()},
+      {{1, 1, 1, 1}, {1, 1, 1, 1}, true, Json::object()},
+      {{0, 3, 5, 5}, {2, 3, 3, 3}, true, Json::object()},
+      {{1, 2, 4, 7}, {3, 2, 2, 3}, false, {{"stride", {1, 2}}, {"dilation", {2, 1}}}},
+  };
+  if (ctx.large) list.push_back({{1, 16, 32, 32}, {16, 16, 3, 3}, true, {{"padding", 1}}});
+  for (const auto& c : list) {
+    OpSpec s;
+    s.op = "conv2d";
+    s.params = c.params;
+    s.tol = TolClass::Compound;
+    InputSpec bias{"bias", d, {c.w[0]}, dot_fill()};
+    bias.absent = !c.bias;
+    s.inputs = {{"x", d, c.x, dot_fill()}, {"w", d, c.w, dot_fill()}, bias};
+    ctx.add(s);
+  }
+}
+
+// Any value moves unchanged: NaN, infinities, -0 included.
+Fill move_fill(bp_dtype d) {
+  if (is_float(d)) return with_specials(fill_uniform(-10, 10), {kNaN, kInf, -kInf, -0.0}, 0.05);
+  return fill_full_range();
+}
+
+void gather_cases(CaseContext& ctx) {
+  const KernelSpec& k = ctx.kernel;
+  require(k.declared_inputs() == 2 && k.in(0) == k.out() && k.in(1) == BP_DTYPE_I64, k,
+          "gather takes x and an i64 index and returns like x");
+  const bp_dtype d = k.out();
+  struct G {
+    Shape x, index;
+    int64_t dim;
+  };
+  std::vector<G> list = {
+      {{7, 13}, {7, 5}, 1},  {{7, 13}, {4, 13}, 0},  {{7, 13}, {3, 5}, 1},   {{7, 13}, {7, 13}, -1},
+      {{5}, {9}, 0},         {{2, 3, 4}, {2, 6, 4}, 1}, {{3, 4}, {0, 4}, 0},   {{1, 1}, {1, 1}, 0},
+      {{2, 1, 2, 1, 2, 1, 2, 3}, {2, 1, 2, 1, 2, 1, 2, 5}, 7},
+  };
+  if (ctx.large) list.push_back({{256, 256}, {256, 256}, 0});
+  for (const auto& g : list) {
+    const int64_t n = g.x[static_cast<size_t>(g.dim < 0 ? g.dim + static_cast<int64_t>(g.x.size()) : g.dim)];
+    OpSpec s;
+    s.op = "gather";
+    s.params = {{"dim", g.dim}};
+    s.tol = TolClass::Exact;
+    s.inputs = {{"x", d, g.x, move_fill(d)}, {"index", BP_DTYPE_I64, g.index, fill_ints(-n, n - 1)}};
+    ctx.add(s);
+  }
+}
+
+void index_select_cases(CaseContext& ctx) {
+  const KernelSpec& k = ctx.kernel;
+  require(k.declared_inputs() == 2 && k.in(0) == k.out() && k.in(1) == BP_DTYPE_I64, k,
+          "index_select takes x and an i64 index and returns like x");
+  const bp_dtype d = k.out();
+  struct IS {
+    Shape x, index;
+    int64_t dim;
+  };
+  std::vector<IS> list = {
+      {{7, 13}, {4}, 1},      {{7, 13}, {4}, 0},     {{7, 13}, {}, 1},      {{7, 13}, {2, 3}, 0},
+      {{7, 13}, {0}, -1},     {{5}, {8}, 0},         {{2, 3, 4}, {5}, 1},   {{2, 3, 4}, {2, 2}, -1},
+      {{0, 3}, {2}, 1},       {{2, 1, 2, 1, 2, 1, 2, 3}, {4}, 7},
+  };
+  if (ctx.large) list.push_back({{256, 256}, {300}, 0});
+  for (const auto& g : list) {
+    const int64_t n = g.x[static_cast<size_t>(g.dim < 0 ? g.dim + static_cast<int64_t>(g.x.size()) : g.dim)];
+    OpSpec s;
+    s.op = "index_select";
+    s.params = {{"dim", g.dim}};
+    s.tol = TolClass::Exact;
+    s.inputs = {{"x", d, g.x, move_fill(d)}, {"index", BP_DTYPE_I64, g.index, fill_ints(-n, n - 1)}};
+    ctx.add(s);
+  }
+}
+
+void concat_cases(CaseContext& ctx) {
+  const KernelSpec& k = ctx.kernel;
+  require(k.variadic && k.declared_inputs() >= 1, k, "concat is variadic");
+  for (size_t i = 0; i < k.declared_inputs(); ++i) require(k.in(i) == k.out(), k, "concat inputs share the output dtype");
+  const bp_dtype d = k.out();
+  struct C {
+    std::vector<Shape> xs;
+    int64_t dim;
+  };
+  std::vector<C> list = {
+      {{{7, 13}}, 0},
+      {{{7, 13}, {2, 13}}, 0},
+      {{{7, 13}, {7, 1}, {7, 5}}, 1},
+      {{{0, 5}, {3, 5}}, 0},
+      {{{3, 5}, {3, 0}, {3, 2}}, -1},
+      {{{5}, {4}}, 0},
+      {{{2, 3, 4}, {2, 1, 4}, {2, 2, 4}, {2, 3, 4}}, 1},
+      {{{2, 1, 2, 1, 2, 1, 2, 3}, {2, 1, 2, 1, 2, 1, 2, 1}}, 7},
+  };
+  if (ctx.large) list.push_back({{{128, 256}, {127, 256}}, 0});
+  for (const auto& c : list) {
+    OpSpec s;
+    s.op = "concat";
+    s.params = {{"dim", c.dim}};
+    s.tol = TolClass::Exact;
+    for (size_t i = 0; i < c.xs.size(); ++i) s.inputs.push_back({"x" + std::to_string(i), d, c.xs[i], move_fill(d)});
+    ctx.add(s);
+  }
+}
+
+}  // namespace
+
+void register_linalg_cases() {
+  register_op_cases("matmul", matmul_cases);
+  register_op_cases("conv2d", conv2d_cases);
+  register_op_cases("gather", gather_cases);
+  register_op_cases("index_select", index_select_cases);
+  register_op_cases("concat", concat_cases);
+}
+
+}  // namespace backplane::conformance

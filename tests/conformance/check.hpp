@@ -1,0 +1,55 @@
+// Comparing a device's results with a reference, with OPS.md's tolerances.
+#pragma once
+
+#include "conformance/reference.hpp"
+
+#include <string>
+
+namespace backplane::conformance {
+
+// The op classes OPS.md gives different tolerances.
+enum class TolClass {
+  Exact,        // arithmetic IEEE defines exactly and data movement: f64 exact
+  Elementwise,  // single elementwise ops: f32 rel 1e-5
+  Compound,     // reductions, matmul, conv, softmax, scans, norms: f32 rel 1e-4
+};
+
+struct Tolerance {
+  double rel = 0;
+  double abs = 0;
+  bool exact() const { return rel == 0 && abs == 0; }
+};
+
+// OPS.md: integers and bool exact; f64 exact for the Exact class, else
+// 1e-12; f32 1e-5 (elementwise) or 1e-4 (compound), abs 1e-6; f16 1e-2;
+// bf16 2e-2 (rel and abs).
+Tolerance tolerance_for(bp_dtype dtype, TolClass cls);
+const char* tol_class_name(TolClass cls);
+
+struct CheckResult {
+  bool ok = true;
+  int64_t mismatches = 0;
+  double worst_abs = 0;    // max |got - want| over finite elements
+  double worst_rel = 0;    // max |got - want| / |want| where the relative bound governs
+  double worst_ratio = 0;  // max error as a fraction of the tolerance (<= 1 passes)
+  std::string message;     // the first failure, empty when ok
+};
+
+// An element passes when relative OR absolute error is within bound; NaN
+// must meet NaN, an infinity the same infinity; integers must be equal.
+// The sign of a zero is not compared.
+CheckResult compare(const RefTensor& got, const RefTensor& want, const Tolerance& tol);
+CheckResult compare(const HostTensor& got, const RefTensor& want, const Tolerance& tol);
+
+// Folds `b` into `a` (worst errors, first message, ok).
+void merge(CheckResult& a, const CheckResult& b);
+
+// topk with sorted=false may return any order: puts each row along `dim` in
+// ascending index order (values follow their indices), so two results
+// compare as sets.
+void sort_rows_by_index(RefTensor& values, RefTensor& indices, int64_t dim);
+
+std::string index_str(const Shape& shape, int64_t flat);
+std::string value_str(double v);
+
+}  // namespace backplane::conformance

@@ -1,0 +1,485 @@
+// Op tests: the conformance suite on every device of every loaded plugin
+// (one section per op, so a failure names device, op, dtype and layout), and
+// hand-derived values for semantics that are easy to get wrong.
+//
+// Devices come from BACKPLANE_PLUGIN_PATH (the test environment points it at
+// the built plugins). A plugin without a usable device (no Vulkan driver) has
+// no device here, so its cases are skipped, not failed.
+#include <catch2/catch.hpp>
+
+#include "conformance/conformance.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <numbers>
+#include <set>
+
+namespace bc = backplane::conformance;
+using backplane::Device;
+using backplane::Graph;
+using backplane::HostTensor;
+using backplane::Json;
+using backplane::Shape;
+
+namespace {
+
+backplane::Runtime& runtime() {
+  static std::unique_ptr<backplane::Runtime> rt = backplane::Runtime::create();
+  return *rt;
+}
+
+const std::vector<Device*>& devices() {
+  static const std::vector<Device*> d = runtime().all_devices();
+  return d;
+}
+
+std::vector<std::string> ops_of(const Device& d) {
+  std::vector<std::string> ops;
+  std::set<std::string> seen;
+  for (const auto& k : d.kernels())
+    if (seen.insert(k.op).second) ops.push_back(k.op);
+  return ops;
+}
+
+bool claims(const Device& d, const std::string& op, const std::vector<bp_dtype>& dtypes) {
+  for (const auto& k : d.kernels())
+    if (k.op == op && k.dtypes == dtypes) return true;
+  return false;
+}
+
+// Quick mode for sanitizer builds: BACKPLANE_TEST_QUICK=1 leaves out the
+// ~64K-element cases.
+bool quick() {
+  const char* q = std::getenv("BACKPLANE_TEST_QUICK");
+  return q && *q && std::string(q) != "0";
+}
+
+HostTensor T(bp_dtype d, Shape shape, const std::vector<double>& v) {
+  HostTensor t = bc::make_tensor(d, std::move(shape));
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (backplane::is_float(d)) {
+      bc::store_f64(t, static_cast<int64_t>(k), v[k]);
+    } else {
+      bc::store_i64(t, static_cast<int64_t>(k), static_cast<int64_t>(v[k]));
+    }
+  }
+  return t;
+}
+
+HostTensor I64(Shape shape, const std::vector<int64_t>& v) {
+  HostTensor t = bc::make_tensor(BP_DTYPE_I64, std::move(shape));
+  for (size_t k = 0; k < v.size(); ++k) bc::store_i64(t, static_cast<int64_t>(k), v[k]);
+  return t;
+}
+
+std::vector<double> values(const HostTensor& t) {
+  std::vector<double> v;
+  for (int64_t k = 0; k < bc::shape_numel(t.shape); ++k) v.push_back(bc::load_f64(t, k));
+  return v;
+}
+
+std::vector<int64_t> ints(const HostTensor& t) {
+  std::vector<int64_t> v;
+  for (int64_t k = 0; k < bc::shape_numel(t.shape); ++k) v.push_back(bc::load_i64(t, k));
+  return v;
+}
+
+// Runs one op (its inputs named in order) with poisoned outputs. A bundled
+// op's slots come back as "view<i>" and "owned<i>".
+std::map<std::string, HostTensor> run_op(Device& dev, const std::string& op,
+                                         const std::vector<std::pair<std::string, HostTensor>>& inputs,
+                                         const Json& params = Json::object(), int slots = 0) {
+  Graph g;
+  std::vector<std::string> names;
+  std::map<std::string, HostTensor> feed;
+  for (const auto& [name, t] : inputs) {
+    g.input(name, t.dtype, t.shape);
+    names.push_back(name);
+    feed[name] = t;
+  }
+  g.node("y", op, names, params);
+  if (slots == 0) {
+    g.output("y");
+  } else {
+    for (int s = 0; s < slots; ++s) {
+      g.node("view" + std::to_string(s), "view", {"y"}, {{"slot", s}});
+      g.node("owned" + std::to_string(s), "view_owned", {"y"}, {{"slot", s}});
+      g.output("view" + std::to_string(s));
+      g.output("owned" + std::to_string(s));
+    }
+  }
+  backplane::CompileOptions co;
+  co.poison_outputs = true;
+  return runtime().compile(g, dev, co).run(feed);
+}
+
+// Calls f on every device that claims (op, dtypes); at least one must.
+template <typename F> void on_devices(const std::string& op, const std::vector<bp_dtype>& dtypes, F&& f) {
+  int ran = 0;
+  for (Device* dev : devices()) {
+    if (!claims(*dev, op, dtypes)) continue;
+    ++ran;
+    INFO("device " << dev->name() << ", " << op << " " << bc::dtype_key(dtypes, false));
+    f(*dev);
+  }
+  INFO("no device implements " << op << " " << bc::dtype_key(dtypes, false));
+  CHECK(ran > 0);
+}
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+// Exact equality, NaN equal to NaN.
+void check_exact(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    INFO("element " << k << ": got " << got[k] << ", want " << want[k]);
+    if (std::isnan(want[k])) {
+      CHECK(std::isnan(got[k]));
+    } else {
+      CHECK(got[k] == want[k]);
+    }
+  }
+}
+
+void check_close(const std::vector<double>& got, const std::vector<double>& want, double rel = 1e-5) {
+  REQUIRE(got.size() == want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    INFO("element " << k << ": got " << got[k] << ", want " << want[k]);
+    CHECK(std::fabs(got[k] - want[k]) <= rel * std::max(1.0, std::fabs(want[k])));
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The conformance suite
+
+TEST_CASE("conformance suite on every device, per op", "[ops][conformance]") {
+  const auto& devs = devices();
+  for (const auto& p : runtime().plugins()) {
+    if (p.state == backplane::PluginState::Rejected) WARN("plugin " << p.name << " rejected: " << p.rejection);
+  }
+  REQUIRE_FALSE(devs.empty());
+  bool has_cpu = false;
+  for (Device* d : devs) has_cpu = has_cpu || d->kind() == "cpu";
+  CHECK(has_cpu);
+
+  for (Device* dev : devs) {
+    for (const std::string& op : ops_of(*dev)) {
+      DYNAMIC_SECTION(dev->name() << ": " << op) {
+        bc::Options o;
+        o.ops = {op};
+        o.large = !quick();
+        o.concurrency = false;
+        const bc::Report rep = bc::run_conformance(runtime(), *dev, o);
+        CHECK_FALSE(rep.rows.empty());
+        for (const auto& row : rep.rows) {
+          INFO(dev->name() << " " << row.op << " " << row.dtype_key << " " << row.layout << ": " << row.passed << "/"
+                           << row.cases << " passed; " << row.first_failure);
+          CHECK(row.ok());
+        }
+      }
+    }
+    DYNAMIC_SECTION(dev->name() << ": concurrent plans") {
+      bc::Options o;
+      o.kernel_cases = false;
+      o.error_cases = false;
+      o.concurrency = true;
+      const bc::Report rep = bc::run_conformance(runtime(), *dev, o);
+      REQUIRE_FALSE(rep.rows.empty());
+      for (const auto& row : rep.rows) {
+        INFO(dev->name() << " " << row.op << ": " << row.passed << "/" << row.cases << "; " << row.first_failure);
+        CHECK(row.ok());
+      }
+    }
+  }
+}
+
+TEST_CASE("conformance report serialises to JSON", "[ops][conformance]") {
+  REQUIRE_FALSE(devices().empty());
+  Device& dev = *devices().front();
+  bc::Options o;
+  o.filter = "relu";
+  o.large = false;
+  o.concurrency = false;
+  std::vector<std::string> seen;
+  o.progress = [&](const bc::Progress& p) { seen.push_back(p.op); };
+  const bc::Report rep = bc::run_conformance(runtime(), dev, o);
+  const Json j = rep.to_json();
+  CHECK(j["plugin"] == dev.plugin_name());
+  CHECK(j["device"] == dev.name());
+  CHECK(j["date"].get<std::string>().size() == 20);
+  CHECK(j["results"].is_array());
+  CHECK(j["results"].size() == rep.rows.size());
+  if (claims(dev, "relu", {BP_DTYPE_F32, BP_DTYPE_F32})) {
+    CHECK_FALSE(seen.empty());
+    CHECK(rep.total_cases() > 0);
+  }
+  CHECK_FALSE(rep.table().empty());
+}
+
+TEST_CASE("every op of the reference has registered cases", "[ops][conformance]") {
+  const auto registered = bc::registered_ops();
+  const std::set<std::string> reg(registered.begin(), registered.end());
+  // View ops have no kernel: their cases run under `contiguous`.
+  const std::set<std::string> views = {"reshape", "permute", "transpose", "broadcast_to", "slice", "squeeze",
+                                       "unsqueeze"};
+  for (const auto& op : bc::reference_ops()) {
+    if (views.count(op)) continue;
+    INFO(op);
+    CHECK(reg.count(op) == 1);
+  }
+  // And every kernel any loaded device claims has a generator.
+  for (Device* dev : devices()) {
+    for (const auto& op : ops_of(*dev)) {
+      INFO(dev->name() << " claims " << op);
+      CHECK(bc::find_op_cases(op) != nullptr);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Hand-derived values
+
+TEST_CASE("round: half to even, sign of zero kept", "[ops][semantics]") {
+  on_devices("round", {BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    auto y = run_op(dev, "round", {{"x", T(BP_DTYPE_F32, {8}, {2.5, -0.5, 0.5, 1.5, -2.5, 3.5, -1.5, 2.4999})}});
+    const auto v = values(y["y"]);
+    check_exact(v, {2, -0.0, 0, 2, -2, 4, -2, 2});
+    CHECK(std::signbit(v[1]));
+  });
+}
+
+TEST_CASE("integer div truncates toward zero", "[ops][semantics]") {
+  on_devices("div", {BP_DTYPE_I32, BP_DTYPE_I32, BP_DTYPE_I32}, [](Device& dev) {
+    auto y = run_op(dev, "div", {{"a", T(BP_DTYPE_I32, {5}, {-7, 7, -7, 7, 0})}, {"b", T(BP_DTYPE_I32, {5}, {2, 2, -2, -2, 3})}});
+    CHECK(ints(y["y"]) == std::vector<int64_t>{-3, 3, 3, -3, 0});
+  });
+}
+
+TEST_CASE("integer add, mul and sum wrap around", "[ops][semantics]") {
+  on_devices("add", {BP_DTYPE_I8, BP_DTYPE_I8, BP_DTYPE_I8}, [](Device& dev) {
+    auto y = run_op(dev, "add", {{"a", T(BP_DTYPE_I8, {3}, {127, -128, 100})}, {"b", T(BP_DTYPE_I8, {3}, {1, -1, 100})}});
+    CHECK(ints(y["y"]) == std::vector<int64_t>{-128, 127, -56});
+  });
+  on_devices("mul", {BP_DTYPE_I8, BP_DTYPE_I8, BP_DTYPE_I8}, [](Device& dev) {
+    auto y = run_op(dev, "mul", {{"a", T(BP_DTYPE_I8, {2}, {16, -128})}, {"b", T(BP_DTYPE_I8, {2}, {8, -1})}});
+    CHECK(ints(y["y"]) == std::vector<int64_t>{-128, -128});
+  });
+  on_devices("add", {BP_DTYPE_I64, BP_DTYPE_I64, BP_DTYPE_I64}, [](Device& dev) {
+    auto y = run_op(dev, "add", {{"a", I64({1}, {std::numeric_limits<int64_t>::max()})}, {"b", I64({1}, {1})}});
+    CHECK(ints(y["y"]) == std::vector<int64_t>{std::numeric_limits<int64_t>::min()});
+  });
+  on_devices("sum", {BP_DTYPE_I8, BP_DTYPE_I8}, [](Device& dev) {
+    auto y = run_op(dev, "sum", {{"x", T(BP_DTYPE_I8, {3}, {100, 100, 100})}});
+    CHECK(ints(y["y"]) == std::vector<int64_t>{44});  // 300 - 256
+  });
+}
+
+TEST_CASE("softmax of [0, ln 2] is [1/3, 2/3]", "[ops][semantics]") {
+  on_devices("softmax", {BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    auto y = run_op(dev, "softmax", {{"x", T(BP_DTYPE_F32, {2}, {0.0, std::log(2.0)})}}, {{"dim", 0}});
+    check_close(values(y["y"]), {1.0 / 3, 2.0 / 3});
+  });
+  on_devices("log_softmax", {BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    auto y = run_op(dev, "log_softmax", {{"x", T(BP_DTYPE_F32, {2}, {0.0, std::log(2.0)})}}, {{"dim", -1}});
+    check_close(values(y["y"]), {std::log(1.0 / 3), std::log(2.0 / 3)});
+  });
+}
+
+TEST_CASE("cumsum exclusive and reverse", "[ops][semantics]") {
+  for (bp_dtype d : {BP_DTYPE_F32, BP_DTYPE_I32}) {
+    on_devices("cumsum", {d, d}, [d](Device& dev) {
+      const HostTensor x = T(d, {4}, {1, 2, 3, 4});
+      check_exact(values(run_op(dev, "cumsum", {{"x", x}}, {{"dim", 0}})["y"]), {1, 3, 6, 10});
+      check_exact(values(run_op(dev, "cumsum", {{"x", x}}, {{"dim", 0}, {"exclusive", true}})["y"]), {0, 1, 3, 6});
+      check_exact(values(run_op(dev, "cumsum", {{"x", x}}, {{"dim", 0}, {"reverse", true}})["y"]), {10, 9, 7, 4});
+      check_exact(values(run_op(dev, "cumsum", {{"x", x}}, {{"dim", 0}, {"exclusive", true}, {"reverse", true}})["y"]),
+                  {9, 7, 4, 0});
+    });
+  }
+}
+
+TEST_CASE("gather and index_select with negative indices", "[ops][semantics]") {
+  on_devices("gather", {BP_DTYPE_F32, BP_DTYPE_I64, BP_DTYPE_F32}, [](Device& dev) {
+    auto y = run_op(dev, "gather",
+                    {{"x", T(BP_DTYPE_F32, {2, 3}, {10, 20, 30, 40, 50, 60})}, {"index", I64({2, 2}, {-1, 0, 1, -3})}},
+                    {{"dim", 1}});
+    CHECK(y["y"].shape == Shape{2, 2});
+    check_exact(values(y["y"]), {30, 10, 50, 40});
+  });
+  on_devices("index_select", {BP_DTYPE_F32, BP_DTYPE_I64, BP_DTYPE_F32}, [](Device& dev) {
+    auto y = run_op(dev, "index_select",
+                    {{"x", T(BP_DTYPE_F32, {2, 3}, {1, 2, 3, 4, 5, 6})}, {"index", I64({2, 2}, {2, 0, -1, 1})}},
+                    {{"dim", 1}});
+    CHECK(y["y"].shape == Shape{2, 2, 2});
+    check_exact(values(y["y"]), {3, 1, 3, 2, 6, 4, 6, 5});
+  });
+}
+
+TEST_CASE("topk: ties keep the lower index, NaN ranks highest, slots via view and view_owned", "[ops][semantics]") {
+  on_devices("topk", {BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    auto y = run_op(dev, "topk", {{"x", T(BP_DTYPE_F32, {5}, {1, 3, 3, 2, 3})}}, {{"k", 2}}, 2);
+    for (const char* s : {"view", "owned"}) {
+      INFO(s);
+      check_exact(values(y[std::string(s) + "0"]), {3, 3});
+      CHECK(y[std::string(s) + "1"].dtype == BP_DTYPE_I64);
+      CHECK(ints(y[std::string(s) + "1"]) == std::vector<int64_t>{1, 2});
+    }
+    y = run_op(dev, "topk", {{"x", T(BP_DTYPE_F32, {4}, {2, 1, 1, 0})}}, {{"k", 2}, {"largest", false}}, 2);
+    check_exact(values(y["view0"]), {0, 1});
+    CHECK(ints(y["view1"]) == std::vector<int64_t>{3, 1});
+    y = run_op(dev, "topk", {{"x", T(BP_DTYPE_F32, {3}, {1, kNaN, 5})}}, {{"k", 2}}, 2);
+    check_exact(values(y["owned0"]), {kNaN, 5});
+    CHECK(ints(y["owned1"]) == std::vector<int64_t>{1, 2});
+  });
+}
+
+TEST_CASE("var_mean: correction 0 and 1", "[ops][semantics]") {
+  on_devices("var_mean", {BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    const HostTensor x = T(BP_DTYPE_F32, {4}, {1, 2, 3, 4});
+    auto y = run_op(dev, "var_mean", {{"x", x}}, {{"correction", 0}}, 2);
+    check_close(values(y["view0"]), {1.25});
+    check_close(values(y["view1"]), {2.5});
+    y = run_op(dev, "var_mean", {{"x", x}}, Json::object(), 2);
+    check_close(values(y["owned0"]), {5.0 / 3});
+    check_close(values(y["owned1"]), {2.5});
+  });
+}
+
+TEST_CASE("selective_scan on a 1x2x1 example by hand", "[ops][semantics]") {
+  on_devices("selective_scan",
+             {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+               // B=1, L=2, D=1, N=1; a = -1.
+               // t=0: d=0.5, h = 0.5*1*1 = 0.5,            y = 0.5*2 = 1
+               // t=1: d=1,   h = e^-1*0.5 + 1*1*2 = 2.1839, y = 3h
+               auto y = run_op(dev, "selective_scan",
+                               {{"u", T(BP_DTYPE_F32, {1, 2, 1}, {1, 2})},
+                                {"delta", T(BP_DTYPE_F32, {1, 2, 1}, {0.5, 1})},
+                                {"a", T(BP_DTYPE_F32, {1, 1}, {-1})},
+                                {"b", T(BP_DTYPE_F32, {1, 2, 1}, {1, 1})},
+                                {"c", T(BP_DTYPE_F32, {1, 2, 1}, {2, 3})}},
+                               Json::object(), 2);
+               const double h = 2.0 + 0.5 * std::exp(-1.0);
+               CHECK(y["view0"].shape == Shape{1, 2, 1});
+               CHECK(y["view1"].shape == Shape{1, 1, 1});
+               check_close(values(y["view0"]), {1.0, 3.0 * h});
+               check_close(values(y["owned1"]), {h});
+             });
+}
+
+TEST_CASE("argmax/argmin: first NaN, ties first or last", "[ops][semantics]") {
+  on_devices("argmax", {BP_DTYPE_F32, BP_DTYPE_I64}, [](Device& dev) {
+    CHECK(ints(run_op(dev, "argmax", {{"x", T(BP_DTYPE_F32, {4}, {1, kNaN, 3, kNaN})}}, {{"dim", 0}})["y"]) ==
+          std::vector<int64_t>{1});
+    const HostTensor ties = T(BP_DTYPE_F32, {3}, {3, 1, 3});
+    CHECK(ints(run_op(dev, "argmax", {{"x", ties}}, {{"dim", 0}})["y"]) == std::vector<int64_t>{0});
+    CHECK(ints(run_op(dev, "argmax", {{"x", ties}}, {{"dim", 0}, {"select_last_index", true}})["y"]) ==
+          std::vector<int64_t>{2});
+  });
+  on_devices("argmin", {BP_DTYPE_F32, BP_DTYPE_I64}, [](Device& dev) {
+    CHECK(ints(run_op(dev, "argmin", {{"x", T(BP_DTYPE_F32, {4}, {1, -5, kNaN, kNaN})}}, {{"dim", 0}})["y"]) ==
+          std::vector<int64_t>{2});
+  });
+}
+
+TEST_CASE("comparisons with NaN are false except ne", "[ops][semantics]") {
+  const HostTensor a = T(BP_DTYPE_F32, {3}, {kNaN, kNaN, 1}), b = T(BP_DTYPE_F32, {3}, {1, kNaN, kNaN});
+  for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+    on_devices(op, {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_BOOL}, [&](Device& dev) {
+      auto y = run_op(dev, op, {{"a", a}, {"b", b}});
+      REQUIRE(y["y"].dtype == BP_DTYPE_BOOL);
+      const int64_t want = std::string(op) == "ne" ? 1 : 0;
+      CHECK(ints(y["y"]) == std::vector<int64_t>{want, want, want});
+    });
+  }
+}
+
+TEST_CASE("NaN propagates through maximum, relu, clamp, max; sign(NaN) is NaN", "[ops][semantics]") {
+  on_devices("maximum", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    auto y = run_op(dev, "maximum", {{"a", T(BP_DTYPE_F32, {3}, {kNaN, 1, 2})}, {"b", T(BP_DTYPE_F32, {3}, {0, kNaN, 1})}});
+    check_exact(values(y["y"]), {kNaN, kNaN, 2});
+  });
+  on_devices("relu", {BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    check_exact(values(run_op(dev, "relu", {{"x", T(BP_DTYPE_F32, {3}, {kNaN, -1, 2})}})["y"]), {kNaN, 0, 2});
+  });
+  on_devices("clamp", {BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    check_exact(values(run_op(dev, "clamp", {{"x", T(BP_DTYPE_F32, {3}, {kNaN, -1, 2})}}, {{"min", 0}, {"max", 1}})["y"]),
+                {kNaN, 0, 1});
+    check_exact(values(run_op(dev, "clamp", {{"x", T(BP_DTYPE_F32, {3}, {-3, 5, 0.5})}}, {{"min", 0}})["y"]), {0, 5, 0.5});
+  });
+  on_devices("max", {BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    check_exact(values(run_op(dev, "max", {{"x", T(BP_DTYPE_F32, {2, 2}, {1, kNaN, 3, 4})}}, {{"dims", {1}}})["y"]),
+                {kNaN, 4});
+  });
+  on_devices("sign", {BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    check_exact(values(run_op(dev, "sign", {{"x", T(BP_DTYPE_F32, {4}, {kNaN, -3, 0, 2})}})["y"]), {kNaN, -1, 0, 1});
+  });
+}
+
+TEST_CASE("cast: truncation, round to nearest even, overflow to kInf", "[ops][semantics]") {
+  on_devices("cast", {BP_DTYPE_F32, BP_DTYPE_I32}, [](Device& dev) {
+    auto y = run_op(dev, "cast", {{"x", T(BP_DTYPE_F32, {3}, {-2.7, 2.7, -0.5})}}, {{"dtype", "i32"}});
+    CHECK(ints(y["y"]) == std::vector<int64_t>{-2, 2, 0});
+  });
+  on_devices("cast", {BP_DTYPE_F32, BP_DTYPE_F16}, [](Device& dev) {
+    const double u = std::ldexp(1.0, -11);  // half an f16 ulp at 1
+    auto y = run_op(dev, "cast", {{"x", T(BP_DTYPE_F32, {4}, {1 + u, 1 + 3 * u, 65520, 65519})}}, {{"dtype", "f16"}});
+    check_exact(values(y["y"]), {1.0, 1 + 4 * u, kInf, 65504});
+  });
+  on_devices("cast", {BP_DTYPE_F32, BP_DTYPE_BF16}, [](Device& dev) {
+    const double u = std::ldexp(1.0, -8);  // half a bf16 ulp at 1
+    auto y = run_op(dev, "cast", {{"x", T(BP_DTYPE_F32, {2}, {1 + u, 1 + 3 * u})}}, {{"dtype", "bf16"}});
+    check_exact(values(y["y"]), {1.0, 1 + 4 * u});
+  });
+  on_devices("cast", {BP_DTYPE_I32, BP_DTYPE_I8}, [](Device& dev) {
+    auto y = run_op(dev, "cast", {{"x", T(BP_DTYPE_I32, {3}, {300, -129, 127})}}, {{"dtype", "i8"}});
+    CHECK(ints(y["y"]) == std::vector<int64_t>{44, 127, 127});
+  });
+}
+
+TEST_CASE("matmul promotes 1-D operands", "[ops][semantics]") {
+  on_devices("matmul", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    auto y = run_op(dev, "matmul", {{"a", T(BP_DTYPE_F32, {3}, {1, 2, 3})}, {"b", T(BP_DTYPE_F32, {3, 2}, {1, 0, 0, 1, 1, 1})}});
+    CHECK(y["y"].shape == Shape{2});
+    check_exact(values(y["y"]), {4, 5});
+  });
+}
+
+TEST_CASE("conv2d and layer_norm by hand", "[ops][semantics]") {
+  on_devices("conv2d", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    Graph g;
+    g.input("x", BP_DTYPE_F32, {1, 1, 3, 3});
+    g.input("w", BP_DTYPE_F32, {1, 1, 2, 2});
+    g.node("y", "conv2d", {"x", "w", ""});
+    g.output("y");
+    auto y = runtime().compile(g, dev).run(
+        {{"x", T(BP_DTYPE_F32, {1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9})}, {"w", T(BP_DTYPE_F32, {1, 1, 2, 2}, {1, 1, 1, 1})}});
+    CHECK(y["y"].shape == Shape{1, 1, 2, 2});
+    check_exact(values(y["y"]), {12, 16, 24, 28});
+  });
+  on_devices("layer_norm", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    Graph g;
+    g.input("x", BP_DTYPE_F32, {3});
+    g.input("b", BP_DTYPE_F32, {3});
+    g.node("y", "layer_norm", {"x", "", "b"}, {{"dims", {-1}}});
+    g.output("y");
+    auto y = runtime().compile(g, dev).run({{"x", T(BP_DTYPE_F32, {3}, {1, 2, 3})}, {"b", T(BP_DTYPE_F32, {3}, {0, 1, 0})}});
+    const double s = 1.0 / std::sqrt(2.0 / 3 + 1e-5);
+    check_close(values(y["y"]), {-s, 1, s});
+  });
+}
+
+TEST_CASE("slice with a negative step feeds a kernel", "[ops][semantics]") {
+  on_devices("neg", {BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
+    Graph g;
+    g.input("x", BP_DTYPE_F32, {6});
+    g.node("s", "slice", {"x"}, {{"dim", 0}, {"step", -2}});
+    g.node("y", "neg", {"s"});
+    g.output("y");
+    auto y = runtime().compile(g, dev).run({{"x", T(BP_DTYPE_F32, {6}, {0, 1, 2, 3, 4, 5})}});
+    check_exact(values(y["y"]), {-5, -3, -1});
+  });
+}
