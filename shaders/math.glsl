@@ -202,4 +202,71 @@ float pow_f(float x, float y) {
   return (x < 0.0 && odd) ? -r : r;
 }
 
+// ---------------------------------------------------------------------------
+// f64 (only compiled into shaders that use doubles). Relative error ~1e-16.
+#ifdef BP_MATH_DOUBLE
+#define D_INF double(uintBitsToFloat(0x7f800000u))
+#define D_NAN double(uintBitsToFloat(0x7fc00000u))
+
+double ldexp_d(double x, int n) {
+  int h = n / 2;
+  return ldexp(ldexp(x, h), n - h);
+}
+
+double exp_d(double x) {
+  if (isnan(x)) return x;
+  if (x > 709.782712893384LF) return D_INF;
+  if (x < -745.1332191019412LF) return 0.0LF;
+  double k = floor(x * 1.4426950408889634LF + 0.5LF);
+  double r = x - k * 6.93147180369123816490e-01LF;
+  r = r - k * 1.90821492927058770002e-10LF;
+  // Taylor series to degree 14 on |r| <= ln2/2.
+  double p = 1.0LF / 87178291200.0LF;
+  p = p * r + 1.0LF / 6227020800.0LF;
+  p = p * r + 1.0LF / 479001600.0LF;
+  p = p * r + 1.0LF / 39916800.0LF;
+  p = p * r + 1.0LF / 3628800.0LF;
+  p = p * r + 1.0LF / 362880.0LF;
+  p = p * r + 1.0LF / 40320.0LF;
+  p = p * r + 1.0LF / 5040.0LF;
+  p = p * r + 1.0LF / 720.0LF;
+  p = p * r + 1.0LF / 120.0LF;
+  p = p * r + 1.0LF / 24.0LF;
+  p = p * r + 1.0LF / 6.0LF;
+  p = p * r + 0.5LF;
+  p = p * r * r + r + 1.0LF;
+  return ldexp_d(p, int(k));
+}
+
+double log_d(double x) {
+  if (isnan(x) || x < 0.0LF) return D_NAN;
+  if (x == 0.0LF) return -D_INF;
+  if (isinf(x)) return x;
+  int e;
+  double m = frexp(x, e);
+  if (m < 0.70710678118654752LF) {
+    m *= 2.0LF;
+    e -= 1;
+  }
+  // log(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.1716
+  double s = (m - 1.0LF) / (m + 1.0LF);
+  double s2 = s * s;
+  double p = 1.0LF / 25.0LF;
+  p = p * s2 + 1.0LF / 23.0LF;
+  p = p * s2 + 1.0LF / 21.0LF;
+  p = p * s2 + 1.0LF / 19.0LF;
+  p = p * s2 + 1.0LF / 17.0LF;
+  p = p * s2 + 1.0LF / 15.0LF;
+  p = p * s2 + 1.0LF / 13.0LF;
+  p = p * s2 + 1.0LF / 11.0LF;
+  p = p * s2 + 1.0LF / 9.0LF;
+  p = p * s2 + 1.0LF / 7.0LF;
+  p = p * s2 + 1.0LF / 5.0LF;
+  p = p * s2 + 1.0LF / 3.0LF;
+  double lm = 2.0LF * (s + s * s2 * p);
+  double fe = double(e);
+  return fe * 6.93147180369123816490e-01LF + (lm + fe * 1.90821492927058770002e-10LF);
+}
+#endif
+
 #endif

@@ -39,13 +39,16 @@ struct Row {
   int code = 0;  // family-specific op code
   uint32_t bundle_slots = 0;
   bool variadic = false;
+  // Bit k: dtype key entry k is an i64 index read/written as int32 pairs
+  // (needs no shaderInt64).
+  uint32_t index_mask = 0;
 };
 
 class Registry {
  public:
   // layouts: per input, BP_LAYOUT_STRIDED or BP_LAYOUT_CONTIGUOUS.
   void add(const std::string& op, std::vector<bp_dtype> dtypes, std::vector<uint8_t> layouts, KernelImpl impl,
-           int code = 0, uint32_t bundle_slots = 0, bool variadic = false);
+           int code = 0, uint32_t bundle_slots = 0, bool variadic = false, uint32_t index_mask = 0);
   const sdk::KernelTable& table() const { return table_; }
   const std::vector<Row>& rows() const { return rows_; }
 
@@ -61,6 +64,7 @@ bp_error* kernel_entry(const bp_kernel_context* ctx, const bp_storage* inputs, s
 
 // Family registration (kernels_*.cpp).
 void register_eltwise(Registry& r);
+void register_reduce(Registry& r);
 
 // ---------------------------------------------------------------------------
 

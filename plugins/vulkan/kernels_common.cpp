@@ -16,7 +16,7 @@ const bp_op_params& Call::params_of(bp_params_kind kind) const {
 }
 
 void Registry::add(const std::string& op, std::vector<bp_dtype> dtypes, std::vector<uint8_t> layouts,
-                   KernelImpl impl, int code, uint32_t bundle_slots, bool variadic) {
+                   KernelImpl impl, int code, uint32_t bundle_slots, bool variadic, uint32_t index_mask) {
   Row r;
   r.op = op;
   r.dtypes = dtypes;
@@ -24,6 +24,7 @@ void Registry::add(const std::string& op, std::vector<bp_dtype> dtypes, std::vec
   r.code = code;
   r.bundle_slots = bundle_slots;
   r.variadic = variadic;
+  r.index_mask = index_mask;
   rows_.push_back(std::move(r));
   table_.add(op, std::move(dtypes), std::move(layouts), &kernel_entry, bundle_slots,
              variadic ? static_cast<uint32_t>(BP_KERNEL_FLAG_VARIADIC) : 0u);
@@ -33,6 +34,7 @@ const Registry& registry() {
   static const Registry r = [] {
     Registry reg;
     register_eltwise(reg);
+    register_reduce(reg);
     return reg;
   }();
   return r;

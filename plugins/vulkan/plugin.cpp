@@ -54,7 +54,9 @@ bp_error* api_device_supports_kernel(bp_device* device, uint32_t kernel_index, b
     const auto& rows = registry().rows();
     check(kernel_index < rows.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: bad kernel index");
     bool ok = true;
-    for (bp_dtype t : rows[kernel_index].dtypes) ok = ok && d.supports_dtype(t);
+    const Row& row = rows[kernel_index];
+    for (size_t i = 0; i < row.dtypes.size(); ++i)
+      if (!((row.index_mask >> i) & 1u)) ok = ok && d.supports_dtype(row.dtypes[i]);
     *out = ok;
   });
 }

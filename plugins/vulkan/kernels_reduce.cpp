@@ -1,0 +1,213 @@
+// Row kernels: sum mean prod max min, argmax argmin, softmax log_softmax,
+// layer_norm, var_mean. The host-side split into rows (kept dims) and row
+// elements (reduced dims) is in row_header(); shaders/rows.glsl reads it.
+#include "kernels.hpp"
+
+namespace bpvk {
+
+namespace {
+
+constexpr int kWG = 256;
+
+struct RowPlan {
+  int64_t outer_n = 1;
+  int64_t inner_n = 1;
+  uint32_t mode = 0;  // 0: a workgroup per row, 1: an invocation per row
+  uint64_t groups = 0;
+};
+
+// inner_mask: bit d set when input dim d belongs to a row. out_strides: the
+// output stride of each input dim (0 where a reduction collapses it).
+RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uint32_t inner_mask, int64_t in_off,
+                   int64_t out_off) {
+  RowPlan p;
+  for (int part = 0; part < 2; ++part) {
+    const bool inner = part == 1;
+    int64_t shape[BP_MAX_RANK], ist[BP_MAX_RANK], ost[BP_MAX_RANK];
+    uint32_t r = 0;
+    for (uint32_t d = 0; d < in.rank; ++d) {
+      if (((inner_mask >> d) & 1u) != static_cast<uint32_t>(inner)) continue;
+      shape[r] = in.shape[d];
+      ist[r] = in.strides[d];
+      ost[r] = out_strides[d];
+      ++r;
+    }
+    int64_t n = 1;
+    for (uint32_t i = 0; i < r; ++i) n *= shape[i];
+    (inner ? p.inner_n : p.outer_n) = n;
+    Coalesced c = coalesce(r, shape, {ist, ost});
+    if (n == 0) c.rank = 0;
+    a.i32(c.rank);
+    for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.shape[i] : 1);
+    for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.strides[0][i] : 0);
+    for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.strides[1][i] : 0);
+  }
+  a.i32(in_off);
+  a.i32(out_off);
+  a.i32(p.inner_n);
+  a.i32(p.outer_n);
+  const bool per_thread = p.inner_n <= 32 || (p.inner_n < 256 && p.outer_n >= 2048);
+  p.mode = per_thread ? 1 : 0;
+  p.groups = per_thread ? ceil_div(p.outer_n, kWG) : p.outer_n;
+  check(p.groups < (1ull << 32), BP_ERR_UNIMPLEMENTED, "vulkan: too many rows");
+  return p;
+}
+
+// Output strides per input dim for a reduction over `mask` whose output is
+// dense over the kept dims.
+std::array<int64_t, BP_MAX_RANK> reduced_out_strides(const bp_layout& in, uint32_t mask) {
+  std::array<int64_t, BP_MAX_RANK> s{};
+  int64_t acc = 1;
+  for (int d = static_cast<int>(in.rank) - 1; d >= 0; --d) {
+    if ((mask >> d) & 1u) continue;
+    s[d] = acc;
+    acc *= in.shape[d];
+  }
+  return s;
+}
+
+uint32_t dims_mask(const bp_layout& in, uint32_t n_dims, const int32_t* dims) {
+  if (n_dims == 0) return in.rank == 0 ? 0u : ((1u << in.rank) - 1u);  // absent = all dims
+  uint32_t m = 0;
+  for (uint32_t i = 0; i < n_dims; ++i) {
+    check(dims[i] >= 0 && static_cast<uint32_t>(dims[i]) < in.rank, BP_ERR_INVALID_ARGUMENT, "reduction dim out of range");
+    m |= 1u << dims[i];
+  }
+  return m;
+}
+
+void dispatch_rows(Call& c, const std::string& shader_name, int code, std::vector<Binding> bindings, const Args& a,
+                   const RowPlan& p) {
+  if (p.outer_n == 0) return;
+  const Pipeline& pl = c.dev.pipelines.get(shader_name, {code}, static_cast<uint32_t>(bindings.size()));
+  c.dev.exec.dispatch(pl, bindings, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op());
+}
+
+void reduce_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bp_layout& in = c.lin(0);
+  const auto& rp = c.params_of(BP_PARAMS_REDUCE).u.reduce;
+  const uint32_t mask = dims_mask(in, rp.n_dims, rp.dims);
+  const auto os = reduced_out_strides(in, mask);
+  const int64_t n_out = numel(c.lout());
+  if (n_out == 0) return;
+  Operand x = bind(c, c.in[0], in, d, false);
+  Operand o = bind_dense(c, c.out[0], n_out, d, true);
+  Args a;
+  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset);
+  check(p.outer_n == n_out, BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": output size does not match the reduction");
+  if (p.inner_n == 0 && c.row.code >= 3)
+    fail(BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": reduction over an empty dim has no identity");
+  if (p.inner_n == 0) {
+    // Still dispatch: the shader writes the identity (sum 0, prod 1, mean NaN).
+  }
+  dispatch_rows(c, shader("reduce", d), c.row.code, {x.binding, o.binding}, a, p);
+}
+
+void argreduce_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bp_layout& in = c.lin(0);
+  const auto& ap = c.params_of(BP_PARAMS_ARG_REDUCE).u.arg_reduce;
+  check(ap.dim >= 0 && static_cast<uint32_t>(ap.dim) < std::max<uint32_t>(in.rank, 1), BP_ERR_INVALID_ARGUMENT,
+        std::string(c.op()) + ": dim out of range");
+  const uint32_t mask = in.rank == 0 ? 0u : (1u << ap.dim);
+  const auto os = reduced_out_strides(in, mask);
+  const int64_t n_out = numel(c.lout());
+  if (n_out == 0) return;
+  Operand x = bind(c, c.in[0], in, d, false);
+  Operand o = bind_dense(c, c.out[0], n_out, BP_DTYPE_I64, true);
+  Args a;
+  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset);
+  a.i32(ap.select_last_index ? 1 : 0);
+  if (p.inner_n == 0) fail(BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": reduction over an empty dim");
+  dispatch_rows(c, shader("argreduce", d), c.row.code, {x.binding, o.binding}, a, p);
+}
+
+void param_ct(Args& a, bp_dtype d, double v) {
+  if (d == BP_DTYPE_F64) a.f64(v);
+  else a.f32(v);
+}
+
+// softmax (0), log_softmax (1), layer_norm (2), var_mean (3).
+void norm_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bp_layout& in = c.lin(0);
+  const int op = c.row.code;
+  uint32_t mask = 0;
+  std::array<int64_t, BP_MAX_RANK> os{};
+  Args a;
+  Operand x = bind(c, c.in[0], in, d, false);
+  Operand o, o2, w, b;
+  bool have_w = false, have_b = false;
+  double scalar = 0;
+  if (op <= 2) {
+    if (op <= 1) {
+      const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
+      check(in.rank == 0 || (dim >= 0 && static_cast<uint32_t>(dim) < in.rank), BP_ERR_INVALID_ARGUMENT,
+            std::string(c.op()) + ": dim out of range");
+      mask = in.rank == 0 ? 0u : 1u << dim;
+    } else {
+      const auto& lp = c.params_of(BP_PARAMS_LAYER_NORM).u.layer_norm;
+      check(lp.n_dims >= 1 && lp.n_dims <= in.rank, BP_ERR_INVALID_ARGUMENT, "layer_norm: bad dims");
+      for (uint32_t i = in.rank - lp.n_dims; i < in.rank; ++i) mask |= 1u << i;
+      scalar = lp.eps;
+    }
+    os = dense_strides(in.rank, in.shape);
+    if (numel(in) == 0) return;
+    o = bind_dense(c, c.out[0], numel(in), d, true);
+    o2 = bind_dummy(c);
+    if (op == 2) {
+      have_w = c.n_in > 1 && c.present(1);
+      have_b = c.n_in > 2 && c.present(2);
+      w = have_w ? bind_dense(c, c.in[1], numel(c.lin(1)), d, false) : bind_dummy(c);
+      b = have_b ? bind_dense(c, c.in[2], numel(c.lin(2)), d, false) : bind_dummy(c);
+    } else {
+      w = b = bind_dummy(c);
+    }
+  } else {
+    const auto& vp = c.params_of(BP_PARAMS_VAR_MEAN).u.var_mean;
+    mask = dims_mask(in, vp.n_dims, vp.dims);
+    scalar = vp.correction;
+    os = reduced_out_strides(in, mask);
+    const bp_bundle_slot* slots = c.out[0].slots;
+    const int64_t n_out = numel(slots[0].layout);
+    if (n_out == 0) return;
+    check(slots[0].dtype == d && slots[1].dtype == d && numel(slots[1].layout) == n_out, BP_ERR_INVALID_ARGUMENT,
+          "var_mean: bundle slots do not match");
+    const uint64_t es = dtype_size(d);
+    o = bind_dense(c, c.out[0], n_out, d, true, slots[0].byte_offset + slots[0].layout.offset * es);
+    o2 = bind_dense(c, c.out[0], n_out, d, true, slots[1].byte_offset + slots[1].layout.offset * es);
+    o2.binding.handle = 0;  // same buffer as o: tracked once
+    w = b = bind_dummy(c);
+  }
+  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset);
+  a.i32((have_w ? 1 : 0) | (have_b ? 2 : 0));
+  a.i32(o2.offset);
+  a.i32(w.offset);
+  a.i32(b.offset);
+  param_ct(a, d, scalar);
+  if (p.inner_n == 0 && op <= 1) return;  // nothing to normalise
+  dispatch_rows(c, shader("norm", d), op, {x.binding, o.binding, o2.binding, w.binding, b.binding}, a, p);
+}
+
+}  // namespace
+
+void register_reduce(Registry& r) {
+  const bp_dtype floats[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64};
+  const bp_dtype numeric[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64, BP_DTYPE_I8,
+                              BP_DTYPE_I16, BP_DTYPE_I32, BP_DTYPE_I64, BP_DTYPE_U8};
+  const char* reds[] = {"sum", "mean", "prod", "max", "min"};
+  for (int op = 0; op < 5; ++op)
+    for (bp_dtype d : numeric) {
+      if (op == 1 && !backplane::is_float(d)) continue;
+      r.add(reds[op], {d, d}, {S}, reduce_impl, op);
+    }
+  for (int op = 0; op < 2; ++op)
+    for (bp_dtype d : numeric) r.add(op == 0 ? "argmax" : "argmin", {d, BP_DTYPE_I64}, {S}, argreduce_impl, op, 0, false, 0x2);
+  for (bp_dtype d : floats) r.add("softmax", {d, d}, {S}, norm_impl, 0);
+  for (bp_dtype d : floats) r.add("log_softmax", {d, d}, {S}, norm_impl, 1);
+  for (bp_dtype d : floats) r.add("layer_norm", {d, d, d, d}, {S, C, C}, norm_impl, 2);
+  for (bp_dtype d : floats) r.add("var_mean", {d, d}, {S}, norm_impl, 3, 2);
+}
+
+}  // namespace bpvk

@@ -1,0 +1,80 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// argmax (OP 0) / argmin (OP 1) over the inner dims of each row; writes i64
+// indices as two int32 words. First NaN wins; ties: lowest index, or the
+// highest with select_last_index (RPARAMS + 0).
+#include "common.glsl"
+#include "rows.glsl"
+
+layout(local_size_x = WG) in;
+layout(constant_id = 0) const int OP = 0;
+
+DECL_RO1(2, x, IN_DT)
+layout(set = 0, binding = 3, std430) buffer OutIdx { ivec2 o[]; };
+
+#define CT CTYPE(IN_DT)
+shared CT shv[WG];
+shared int shi[WG];
+
+// Whether (va, ia) is preferred over (vb, ib); index -1 marks "nothing".
+bool better(CT va, int ia, CT vb, int ib, bool last) {
+  if (ib < 0) return ia >= 0;
+  if (ia < 0) return false;
+#ifdef IN_FLOAT
+  bool na = isnan(va), nb = isnan(vb);
+  if (na || nb) return (na && nb) ? ia < ib : na;
+#endif
+  if (va != vb) return OP == 0 ? va > vb : va < vb;
+  return last ? ia > ib : ia < ib;
+}
+
+void scan_row(int base, int first, int step, int n, bool last, out CT bv, out int bi) {
+  bv = CT(0);
+  bi = -1;
+  const int st = row_in_stride();
+  const bool simple = A(R_INNER) == 1;
+  for (int i = first; i < n; i += step) {
+    int ii, io;
+    if (simple) ii = i * st;
+    else row_offsets(R_INNER, i, ii, io);
+    CT v = LD(IN_DT, x[base + ii]);
+    if (better(v, i, bv, bi, last)) {
+      bv = v;
+      bi = i;
+    }
+  }
+}
+
+void main() {
+  const int rows = int(pc.n);
+  const int n = INNER_N;
+  const bool last = A(RPARAMS) != 0;
+  const uint lid = gl_LocalInvocationID.x;
+  CT bv;
+  int bi;
+  if (pc.extra == 1u) {
+    const int row = int(group_linear()) * WG + int(lid);
+    if (row >= rows) return;
+    int ib, ob;
+    row_offsets(R_OUTER, row, ib, ob);
+    scan_row(IN_OFF + ib, 0, 1, n, last, bv, bi);
+    o[OUT_OFF + ob] = ivec2(bi, 0);
+    return;
+  }
+  const int row = int(group_linear());
+  if (row >= rows) return;
+  int ib, ob;
+  row_offsets(R_OUTER, row, ib, ob);
+  scan_row(IN_OFF + ib, int(lid), WG, n, last, bv, bi);
+  shv[lid] = bv;
+  shi[lid] = bi;
+  barrier();
+  for (uint s = WG / 2; s > 0; s >>= 1) {
+    if (lid < s && better(shv[lid + s], shi[lid + s], shv[lid], shi[lid], last)) {
+      shv[lid] = shv[lid + s];
+      shi[lid] = shi[lid + s];
+    }
+    barrier();
+  }
+  if (lid == 0u) o[OUT_OFF + ob] = ivec2(shi[0], 0);
+}

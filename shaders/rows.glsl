@@ -1,0 +1,36 @@
+// Row kernels (reductions, softmax, norms, scans, topk). The input is split
+// into rows: "outer" dims index the rows, "inner" dims the elements of one
+// row. Argument block:
+//   [0]  outer rank  [1..8] shape  [9..16] input strides  [17..24] output strides
+//   [25] inner rank  [26..33] shape [34..41] input strides [42..49] output strides
+//   [50] input offset [51] output offset [52] inner count [53] outer count
+//   params from RPARAMS = 54
+// pc.extra: 0 = one workgroup per row, 1 = one invocation per row.
+#define R_OUTER 0
+#define R_INNER 25
+#define IN_OFF A(50)
+#define OUT_OFF A(51)
+#define INNER_N A(52)
+#define OUTER_N A(53)
+#define RPARAMS 54
+
+void row_offsets(int base, int idx, out int ioff, out int ooff) {
+  int rank = A(base);
+  if (rank == 1) {
+    ioff = idx * A(base + 9);
+    ooff = idx * A(base + 17);
+    return;
+  }
+  ioff = 0;
+  ooff = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    int s = A(base + 1 + d);
+    int q = idx / s;
+    int r = idx - q * s;
+    idx = q;
+    ioff += r * A(base + 9 + d);
+    ooff += r * A(base + 17 + d);
+  }
+}
+
+int row_in_stride() { return A(R_INNER) == 1 ? A(R_INNER + 9) : 0; }
