@@ -65,6 +65,9 @@ bp_error* kernel_entry(const bp_kernel_context* ctx, const bp_storage* inputs, s
 // Family registration (kernels_*.cpp).
 void register_eltwise(Registry& r);
 void register_reduce(Registry& r);
+void register_index(Registry& r);
+void register_linalg(Registry& r);
+void register_scan(Registry& r);
 
 // ---------------------------------------------------------------------------
 
@@ -111,6 +114,24 @@ Coalesced coalesce(uint32_t rank, const int64_t* shape, const std::vector<const 
 // Writes the elementwise argument header: rank, flags, shape, then one
 // record per operand (offset + strides).
 void eltwise_header(Args& a, const Coalesced& c, const std::vector<int64_t>& offsets, bool fast);
+
+// Row kernels (shaders/rows.glsl): the input split into rows (outer dims)
+// of elements (inner dims, bit d of inner_mask set).
+struct RowPlan {
+  int64_t outer_n = 1;
+  int64_t inner_n = 1;
+  uint32_t mode = 0;  // 0: a workgroup per row, 1: an invocation per row
+  uint64_t groups = 0;
+};
+// out_strides: the output stride of each input dim (0 where a reduction
+// collapses it). Writes the 54-word row header.
+RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uint32_t inner_mask, int64_t in_off,
+                   int64_t out_off, bool allow_per_thread = true);
+// Output strides per input dim for a reduction over `mask` whose output is
+// dense over the kept dims.
+std::array<int64_t, BP_MAX_RANK> reduced_out_strides(const bp_layout& in, uint32_t mask);
+void dispatch_rows(Call& c, const std::string& shader_name, const std::vector<int32_t>& spec,
+                   std::vector<Binding> bindings, const Args& a, const RowPlan& p);
 
 // Dense row-major strides of a shape.
 std::array<int64_t, BP_MAX_RANK> dense_strides(uint32_t rank, const int64_t* shape);

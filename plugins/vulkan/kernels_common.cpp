@@ -35,6 +35,9 @@ const Registry& registry() {
     Registry reg;
     register_eltwise(reg);
     register_reduce(reg);
+    register_scan(reg);
+    register_linalg(reg);
+    register_index(reg);
     return reg;
   }();
   return r;
@@ -237,6 +240,63 @@ void eltwise_header(Args& a, const Coalesced& c, const std::vector<int64_t>& off
     a.i32(offsets[k]);
     for (int d = 0; d < BP_MAX_RANK; ++d) a.i32(d < c.rank ? c.strides[k][d] : 0);
   }
+}
+
+// inner_mask: bit d set when input dim d belongs to a row. out_strides: the
+// output stride of each input dim (0 where a reduction collapses it).
+RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uint32_t inner_mask, int64_t in_off,
+                   int64_t out_off, bool allow_per_thread) {
+  RowPlan p;
+  for (int part = 0; part < 2; ++part) {
+    const bool inner = part == 1;
+    int64_t shape[BP_MAX_RANK], ist[BP_MAX_RANK], ost[BP_MAX_RANK];
+    uint32_t r = 0;
+    for (uint32_t d = 0; d < in.rank; ++d) {
+      if (((inner_mask >> d) & 1u) != static_cast<uint32_t>(inner)) continue;
+      shape[r] = in.shape[d];
+      ist[r] = in.strides[d];
+      ost[r] = out_strides[d];
+      ++r;
+    }
+    int64_t n = 1;
+    for (uint32_t i = 0; i < r; ++i) n *= shape[i];
+    (inner ? p.inner_n : p.outer_n) = n;
+    Coalesced c = coalesce(r, shape, {ist, ost});
+    if (n == 0) c.rank = 0;
+    a.i32(c.rank);
+    for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.shape[i] : 1);
+    for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.strides[0][i] : 0);
+    for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.strides[1][i] : 0);
+  }
+  a.i32(in_off);
+  a.i32(out_off);
+  a.i32(p.inner_n);
+  a.i32(p.outer_n);
+  const bool per_thread = allow_per_thread && (p.inner_n <= 32 || (p.inner_n < 256 && p.outer_n >= 2048));
+  p.mode = per_thread ? 1 : 0;
+  p.groups = per_thread ? ceil_div(p.outer_n, 256) : p.outer_n;
+  check(p.groups < (1ull << 32), BP_ERR_UNIMPLEMENTED, "vulkan: too many rows");
+  return p;
+}
+
+// Output strides per input dim for a reduction over `mask` whose output is
+// dense over the kept dims.
+std::array<int64_t, BP_MAX_RANK> reduced_out_strides(const bp_layout& in, uint32_t mask) {
+  std::array<int64_t, BP_MAX_RANK> s{};
+  int64_t acc = 1;
+  for (int d = static_cast<int>(in.rank) - 1; d >= 0; --d) {
+    if ((mask >> d) & 1u) continue;
+    s[d] = acc;
+    acc *= in.shape[d];
+  }
+  return s;
+}
+
+void dispatch_rows(Call& c, const std::string& shader_name, const std::vector<int32_t>& spec,
+                   std::vector<Binding> bindings, const Args& a, const RowPlan& p) {
+  if (p.outer_n == 0) return;
+  const Pipeline& pl = c.dev.pipelines.get(shader_name, spec, static_cast<uint32_t>(bindings.size()));
+  c.dev.exec.dispatch(pl, bindings, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op());
 }
 
 }  // namespace bpvk

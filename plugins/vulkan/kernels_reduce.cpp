@@ -7,65 +7,6 @@ namespace bpvk {
 
 namespace {
 
-constexpr int kWG = 256;
-
-struct RowPlan {
-  int64_t outer_n = 1;
-  int64_t inner_n = 1;
-  uint32_t mode = 0;  // 0: a workgroup per row, 1: an invocation per row
-  uint64_t groups = 0;
-};
-
-// inner_mask: bit d set when input dim d belongs to a row. out_strides: the
-// output stride of each input dim (0 where a reduction collapses it).
-RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uint32_t inner_mask, int64_t in_off,
-                   int64_t out_off) {
-  RowPlan p;
-  for (int part = 0; part < 2; ++part) {
-    const bool inner = part == 1;
-    int64_t shape[BP_MAX_RANK], ist[BP_MAX_RANK], ost[BP_MAX_RANK];
-    uint32_t r = 0;
-    for (uint32_t d = 0; d < in.rank; ++d) {
-      if (((inner_mask >> d) & 1u) != static_cast<uint32_t>(inner)) continue;
-      shape[r] = in.shape[d];
-      ist[r] = in.strides[d];
-      ost[r] = out_strides[d];
-      ++r;
-    }
-    int64_t n = 1;
-    for (uint32_t i = 0; i < r; ++i) n *= shape[i];
-    (inner ? p.inner_n : p.outer_n) = n;
-    Coalesced c = coalesce(r, shape, {ist, ost});
-    if (n == 0) c.rank = 0;
-    a.i32(c.rank);
-    for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.shape[i] : 1);
-    for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.strides[0][i] : 0);
-    for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.strides[1][i] : 0);
-  }
-  a.i32(in_off);
-  a.i32(out_off);
-  a.i32(p.inner_n);
-  a.i32(p.outer_n);
-  const bool per_thread = p.inner_n <= 32 || (p.inner_n < 256 && p.outer_n >= 2048);
-  p.mode = per_thread ? 1 : 0;
-  p.groups = per_thread ? ceil_div(p.outer_n, kWG) : p.outer_n;
-  check(p.groups < (1ull << 32), BP_ERR_UNIMPLEMENTED, "vulkan: too many rows");
-  return p;
-}
-
-// Output strides per input dim for a reduction over `mask` whose output is
-// dense over the kept dims.
-std::array<int64_t, BP_MAX_RANK> reduced_out_strides(const bp_layout& in, uint32_t mask) {
-  std::array<int64_t, BP_MAX_RANK> s{};
-  int64_t acc = 1;
-  for (int d = static_cast<int>(in.rank) - 1; d >= 0; --d) {
-    if ((mask >> d) & 1u) continue;
-    s[d] = acc;
-    acc *= in.shape[d];
-  }
-  return s;
-}
-
 uint32_t dims_mask(const bp_layout& in, uint32_t n_dims, const int32_t* dims) {
   if (n_dims == 0) return in.rank == 0 ? 0u : ((1u << in.rank) - 1u);  // absent = all dims
   uint32_t m = 0;
@@ -74,13 +15,6 @@ uint32_t dims_mask(const bp_layout& in, uint32_t n_dims, const int32_t* dims) {
     m |= 1u << dims[i];
   }
   return m;
-}
-
-void dispatch_rows(Call& c, const std::string& shader_name, int code, std::vector<Binding> bindings, const Args& a,
-                   const RowPlan& p) {
-  if (p.outer_n == 0) return;
-  const Pipeline& pl = c.dev.pipelines.get(shader_name, {code}, static_cast<uint32_t>(bindings.size()));
-  c.dev.exec.dispatch(pl, bindings, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op());
 }
 
 void reduce_impl(Call& c) {
@@ -101,7 +35,7 @@ void reduce_impl(Call& c) {
   if (p.inner_n == 0) {
     // Still dispatch: the shader writes the identity (sum 0, prod 1, mean NaN).
   }
-  dispatch_rows(c, shader("reduce", d), c.row.code, {x.binding, o.binding}, a, p);
+  dispatch_rows(c, shader("reduce", d), {c.row.code}, {x.binding, o.binding}, a, p);
 }
 
 void argreduce_impl(Call& c) {
@@ -120,7 +54,7 @@ void argreduce_impl(Call& c) {
   RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset);
   a.i32(ap.select_last_index ? 1 : 0);
   if (p.inner_n == 0) fail(BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": reduction over an empty dim");
-  dispatch_rows(c, shader("argreduce", d), c.row.code, {x.binding, o.binding}, a, p);
+  dispatch_rows(c, shader("argreduce", d), {c.row.code}, {x.binding, o.binding}, a, p);
 }
 
 void param_ct(Args& a, bp_dtype d, double v) {
@@ -187,7 +121,7 @@ void norm_impl(Call& c) {
   a.i32(b.offset);
   param_ct(a, d, scalar);
   if (p.inner_n == 0 && op <= 1) return;  // nothing to normalise
-  dispatch_rows(c, shader("norm", d), op, {x.binding, o.binding, o2.binding, w.binding, b.binding}, a, p);
+  dispatch_rows(c, shader("norm", d), {op}, {x.binding, o.binding, o2.binding, w.binding, b.binding}, a, p);
 }
 
 }  // namespace

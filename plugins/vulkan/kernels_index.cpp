@@ -1,0 +1,122 @@
+// Indexing kernels: gather, index_select (one shader: shaders/index.comp) and
+// topk (shaders/topk.comp). i64 indices travel as int32 pairs, so none of
+// these needs shaderInt64 unless the data itself is i64.
+#include "kernels.hpp"
+
+namespace bpvk {
+
+namespace {
+
+constexpr int kWG = 256;
+
+// out element r reads x at  sum r_d*xs_d + idx[sum r_d*is_d] * x_dim_stride.
+void gather_dispatch(Call& c, const Operand& x, const Operand& idx, const Operand& o, const bp_layout& ol,
+                     const int64_t* xs, const int64_t* is, int64_t x_dim_stride, int64_t x_dim_size) {
+  const int64_t n = numel(ol);
+  if (n == 0) return;
+  check(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, std::string(c.op()) + ": more than 2^31 elements");
+  const auto os = dense_strides(ol.rank, ol.shape);
+  const Coalesced co = coalesce(ol.rank, ol.shape, {xs, is, os.data()});
+  check(x_dim_size > 0, BP_ERR_OUT_OF_RANGE, std::string(c.op()) + ": index into an empty dim");
+  Args a;
+  a.i32(co.rank);
+  for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < co.rank ? co.shape[i] : 1);
+  for (int k = 0; k < 3; ++k)
+    for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < co.rank ? co.strides[k][i] : 0);
+  a.i32(x.offset);
+  a.i32(idx.offset);
+  a.i32(o.offset);
+  a.i32(x_dim_stride);
+  a.i32(x_dim_size);
+  const Pipeline& p = c.dev.pipelines.get(shader("index", c.row.dtypes[0]), {}, 3);
+  const Binding b[] = {x.binding, idx.binding, o.binding};
+  c.dev.exec.dispatch(p, b, a.w, static_cast<uint32_t>(n), 0, ceil_div(n, kWG), c.op());
+}
+
+void gather_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bp_layout &xl = c.lin(0), &il = c.lin(1), &ol = c.lout();
+  const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
+  check(xl.rank == il.rank && il.rank == ol.rank && dim >= 0 && static_cast<uint32_t>(dim) < xl.rank,
+        BP_ERR_INVALID_ARGUMENT, "gather: ranks or dim do not match");
+  if (numel(ol) == 0) return;
+  Operand x = bind(c, c.in[0], xl, d, false);
+  Operand idx = bind(c, c.in[1], il, BP_DTYPE_I64, false);
+  Operand o = bind_dense(c, c.out[0], numel(ol), d, true);
+  int64_t xs[BP_MAX_RANK] = {};
+  for (uint32_t i = 0; i < xl.rank; ++i) xs[i] = static_cast<int>(i) == dim ? 0 : xl.strides[i];
+  gather_dispatch(c, x, idx, o, ol, xs, il.strides, xl.strides[dim], xl.shape[dim]);
+}
+
+void index_select_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bp_layout &xl = c.lin(0), &il = c.lin(1), &ol = c.lout();
+  const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
+  check(dim >= 0 && static_cast<uint32_t>(dim) < xl.rank && ol.rank == xl.rank - 1 + il.rank, BP_ERR_INVALID_ARGUMENT,
+        "index_select: ranks or dim do not match");
+  if (numel(ol) == 0) return;
+  Operand x = bind(c, c.in[0], xl, d, false);
+  Operand idx = bind(c, c.in[1], il, BP_DTYPE_I64, false);
+  Operand o = bind_dense(c, c.out[0], numel(ol), d, true);
+  int64_t xs[BP_MAX_RANK] = {}, is[BP_MAX_RANK] = {};
+  uint32_t od = 0;
+  for (uint32_t i = 0; i < xl.rank; ++i) {
+    if (static_cast<int>(i) == dim) {
+      for (uint32_t j = 0; j < il.rank; ++j) is[od++] = il.strides[j];
+    } else {
+      xs[od++] = xl.strides[i];
+    }
+  }
+  gather_dispatch(c, x, idx, o, ol, xs, is, xl.strides[dim], xl.shape[dim]);
+}
+
+void topk_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bp_layout& in = c.lin(0);
+  const auto& tp = c.params_of(BP_PARAMS_TOPK).u.topk;
+  const bp_bundle_slot* slots = c.out[0].slots;
+  const bp_layout& vl = slots[0].layout;
+  check(slots[0].dtype == d && slots[1].dtype == BP_DTYPE_I64, BP_ERR_INVALID_ARGUMENT, "topk: bad bundle slots");
+  const uint32_t rank = in.rank;
+  const int dim = rank == 0 ? 0 : tp.dim;
+  check(rank == 0 || (dim >= 0 && static_cast<uint32_t>(dim) < rank), BP_ERR_INVALID_ARGUMENT, "topk: dim out of range");
+  const int64_t n = rank == 0 ? 1 : in.shape[dim];
+  check(tp.k >= 0 && tp.k <= n, BP_ERR_INVALID_ARGUMENT,
+        "topk: k = " + std::to_string(tp.k) + " outside [0, " + std::to_string(n) + "]");
+  const int64_t n_out = numel(vl);
+  check(numel(slots[1].layout) == n_out, BP_ERR_INVALID_ARGUMENT, "topk: slot shapes differ");
+  if (n_out == 0) return;
+  const uint32_t mask = rank == 0 ? 0u : 1u << dim;
+  // Output strides per input dim: dense over the output shape (dim has k).
+  const auto os = dense_strides(vl.rank, vl.shape);
+  Operand x = bind(c, c.in[0], in, d, false);
+  Operand ov = bind_dense(c, c.out[0], n_out, d, true, slots[0].byte_offset + slots[0].layout.offset * dtype_size(d));
+  Operand oi = bind_dense(c, c.out[0], n_out, BP_DTYPE_I64, true, slots[1].byte_offset + slots[1].layout.offset * 8);
+  oi.binding.handle = 0;  // same buffer as ov
+  std::array<int64_t, BP_MAX_RANK> out_strides = os;
+  out_strides[dim] = 0;  // the row position is added per pick
+  Args a;
+  RowPlan p = row_header(a, in, out_strides.data(), mask, x.offset, 0, false);
+  a.i32(tp.k);
+  a.i32(tp.largest ? 1 : 0);
+  a.i32(ov.offset);
+  a.i32(oi.offset);
+  a.i32(rank == 0 ? 0 : os[dim]);
+  dispatch_rows(c, shader("topk", d), {}, {x.binding, ov.binding, oi.binding}, a, p);
+}
+
+}  // namespace
+
+void register_index(Registry& r) {
+  const bp_dtype all[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64, BP_DTYPE_I8,
+                          BP_DTYPE_I16, BP_DTYPE_I32, BP_DTYPE_I64, BP_DTYPE_U8,  BP_DTYPE_BOOL};
+  const bp_dtype numeric[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64, BP_DTYPE_I8,
+                              BP_DTYPE_I16, BP_DTYPE_I32, BP_DTYPE_I64, BP_DTYPE_U8};
+  // index_mask: the i64 index input (bit 1) is read as int32 pairs; an i64
+  // data dtype is only copied (raw 64-bit moves still need shaderInt64).
+  for (bp_dtype d : all) r.add("gather", {d, BP_DTYPE_I64, d}, {S, S}, gather_impl, 0, 0, false, 0x2);
+  for (bp_dtype d : all) r.add("index_select", {d, BP_DTYPE_I64, d}, {S, S}, index_select_impl, 0, 0, false, 0x2);
+  for (bp_dtype d : numeric) r.add("topk", {d, d}, {S}, topk_impl, 0, 2);
+}
+
+}  // namespace bpvk

@@ -1,0 +1,90 @@
+// matmul (strided A and B, tiled in shared memory) and conv2d (direct, on
+// dense NCHW input and OIHW weights).
+#include "kernels.hpp"
+
+namespace bpvk {
+
+namespace {
+
+void matmul_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bp_layout &al = c.lin(0), &bl = c.lin(1), &cl = c.lout();
+  const uint32_t r = cl.rank;
+  check(r >= 2 && al.rank == r && bl.rank == r, BP_ERR_INVALID_ARGUMENT, "matmul: operands must have the output's rank >= 2");
+  const int64_t M = al.shape[r - 2], K = al.shape[r - 1], N = bl.shape[r - 1];
+  check(bl.shape[r - 2] == K && cl.shape[r - 2] == M && cl.shape[r - 1] == N, BP_ERR_INVALID_ARGUMENT,
+        "matmul: shapes do not match");
+  const int64_t total = numel(cl);
+  if (total == 0) return;
+  Operand a = bind(c, c.in[0], al, d, false);
+  Operand b = bind(c, c.in[1], bl, d, false);
+  Operand o = bind_dense(c, c.out[0], total, d, true);
+  // K == 0 needs nothing special: the tiled loop runs no step and writes zeros.
+  const auto cs = dense_strides(r, cl.shape);
+  const Coalesced bc = coalesce(r - 2, cl.shape, {al.strides, bl.strides, cs.data()});
+  int64_t batch = 1;
+  for (uint32_t i = 0; i + 2 < r; ++i) batch *= cl.shape[i];
+  Args args;
+  args.i32(M);
+  args.i32(N);
+  args.i32(K);
+  args.i32(a.offset);
+  args.i32(al.strides[r - 2]);
+  args.i32(al.strides[r - 1]);
+  args.i32(b.offset);
+  args.i32(bl.strides[r - 2]);
+  args.i32(bl.strides[r - 1]);
+  args.i32(o.offset);
+  args.i32(bc.rank);
+  for (int i = 0; i < BP_MAX_RANK; ++i) args.i32(i < bc.rank ? bc.shape[i] : 1);
+  for (int k = 0; k < 3; ++k)
+    for (int i = 0; i < BP_MAX_RANK; ++i) args.i32(i < bc.rank ? bc.strides[k][i] : 0);
+  const uint64_t groups = ceil_div(M, 64) * ceil_div(N, 64) * static_cast<uint64_t>(batch);
+  check(groups < (1ull << 31), BP_ERR_UNIMPLEMENTED, "matmul: too many tiles");
+  const Pipeline& p = c.dev.pipelines.get(shader("matmul", d), {}, 3);
+  const Binding bs[] = {a.binding, b.binding, o.binding};
+  c.dev.exec.dispatch(p, bs, args.w, static_cast<uint32_t>(batch), 0, groups, c.op());
+}
+
+void conv2d_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bp_layout &xl = c.lin(0), &wl = c.lin(1), &ol = c.lout();
+  const auto& cp = c.params_of(BP_PARAMS_CONV2D).u.conv2d;
+  check(xl.rank == 4 && wl.rank == 4 && ol.rank == 4, BP_ERR_INVALID_ARGUMENT, "conv2d: x, w and output must be 4-D");
+  const int64_t N = xl.shape[0], C = xl.shape[1], H = xl.shape[2], W = xl.shape[3];
+  const int64_t O = wl.shape[0], KH = wl.shape[2], KW = wl.shape[3];
+  const int64_t OH = ol.shape[2], OW = ol.shape[3];
+  check(cp.groups >= 1 && C % cp.groups == 0 && O % cp.groups == 0 && wl.shape[1] == C / cp.groups &&
+            ol.shape[0] == N && ol.shape[1] == O,
+        BP_ERR_INVALID_ARGUMENT, "conv2d: shapes and groups do not match");
+  const int64_t total = numel(ol);
+  if (total == 0) return;
+  const bool has_bias = c.n_in > 2 && c.present(2);
+  Operand x = bind_dense(c, c.in[0], numel(xl), d, false);
+  Operand w = bind_dense(c, c.in[1], numel(wl), d, false);
+  Operand b = has_bias ? bind_dense(c, c.in[2], O, d, false) : bind_dummy(c);
+  Operand o = bind_dense(c, c.out[0], total, d, true);
+  Args a;
+  for (int64_t v : {N, C, H, W, O, OH, OW, KH, KW, cp.stride[0], cp.stride[1], cp.padding[0], cp.padding[1],
+                    cp.dilation[0], cp.dilation[1], cp.groups})
+    a.i32(v);
+  a.i32(x.offset);
+  a.i32(w.offset);
+  a.i32(b.offset);
+  a.i32(o.offset);
+  a.i32(has_bias ? 1 : 0);
+  check(total < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, "conv2d: more than 2^31 outputs");
+  const Pipeline& p = c.dev.pipelines.get(shader("conv2d", d), {}, 4);
+  const Binding bs[] = {x.binding, w.binding, b.binding, o.binding};
+  c.dev.exec.dispatch(p, bs, a.w, static_cast<uint32_t>(total), 0, ceil_div(total, 256), c.op());
+}
+
+}  // namespace
+
+void register_linalg(Registry& r) {
+  const bp_dtype floats[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64};
+  for (bp_dtype d : floats) r.add("matmul", {d, d, d}, {S, S}, matmul_impl);
+  for (bp_dtype d : floats) r.add("conv2d", {d, d, d, d}, {C, C, C}, conv2d_impl);
+}
+
+}  // namespace bpvk

@@ -1,0 +1,78 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Batched matmul C[.., M, N] = A[.., M, K] B[.., K, N] on strided A and B.
+// 64x64 output tiles per workgroup (256 invocations, 4x4 outputs each), K in
+// steps of 16 through shared memory. Argument block:
+// [0] M [1] N [2] K [3] a_off [4] a_sm [5] a_sk [6] b_off [7] b_sk [8] b_sn
+// [9] c_off [10] batch rank [11..18] batch shape [19..26] A batch strides
+// [27..34] B batch strides [35..42] C batch strides. pc.n: batch count.
+#include "common.glsl"
+
+#define BM 64
+#define BN 64
+#define BK 16
+layout(local_size_x = 256) in;
+
+DECL_RO1(2, a, IN_DT)
+DECL_RO1(3, b, IN_DT)
+DECL_RW1(4, c, IN_DT)
+
+#define CT CTYPE(IN_DT)
+shared CT As[BK][BM];
+shared CT Bs[BK][BN];
+
+void main() {
+  const int M = A(0), N = A(1), K = A(2);
+  const int tiles_n = (N + BN - 1) / BN, tiles_m = (M + BM - 1) / BM;
+  const int g = int(group_linear());
+  const int tn = g % tiles_n;
+  const int tm = (g / tiles_n) % tiles_m;
+  const int bt = g / (tiles_n * tiles_m);
+  if (bt >= int(pc.n)) return;
+  int ao = A(3), bo = A(6), co = A(9);
+  int rem = bt;
+  for (int d = A(10) - 1; d >= 0; --d) {
+    int s = A(11 + d);
+    int q = rem / s;
+    int r = rem - q * s;
+    rem = q;
+    ao += r * A(19 + d);
+    bo += r * A(27 + d);
+    co += r * A(35 + d);
+  }
+  const int a_sm = A(4), a_sk = A(5), b_sk = A(7), b_sn = A(8);
+  const int lid = int(gl_LocalInvocationID.x);
+  const int tx = lid % 16, ty = lid / 16;
+  CT acc[4][4];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) acc[i][j] = CT(0);
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    for (int e = lid; e < BM * BK; e += 256) {
+      int mm = e / BK, kk = e % BK;
+      int gm = tm * BM + mm, gk = k0 + kk;
+      As[kk][mm] = (gm < M && gk < K) ? LD(IN_DT, a[ao + gm * a_sm + gk * a_sk]) : CT(0);
+    }
+    for (int e = lid; e < BK * BN; e += 256) {
+      int kk = e / BN, nn = e % BN;
+      int gk = k0 + kk, gn = tn * BN + nn;
+      Bs[kk][nn] = (gk < K && gn < N) ? LD(IN_DT, b[bo + gk * b_sk + gn * b_sn]) : CT(0);
+    }
+    barrier();
+    for (int kk = 0; kk < BK; ++kk) {
+      CT ar[4], br[4];
+      for (int i = 0; i < 4; ++i) ar[i] = As[kk][ty + 16 * i];
+      for (int j = 0; j < 4; ++j) br[j] = Bs[kk][tx + 16 * j];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] += ar[i] * br[j];
+    }
+    barrier();
+  }
+  for (int i = 0; i < 4; ++i) {
+    int gm = tm * BM + ty + 16 * i;
+    if (gm >= M) continue;
+    for (int j = 0; j < 4; ++j) {
+      int gn = tn * BN + tx + 16 * j;
+      if (gn < N) c[co + gm * N + gn] = SV(IN_DT, acc[i][j]);
+    }
+  }
+}
