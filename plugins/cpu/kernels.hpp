@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <array>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -153,6 +154,38 @@ template <template <bp_dtype> class K, bp_dtype... Ds, class KeyFn>
 void add_rows(sdk::KernelTable& t, std::string_view op, KeyFn key, const std::vector<uint8_t>& layouts,
               uint32_t bundle_slots = 0, uint32_t flags = 0) {
   (t.add(op, key(Ds), layouts, &entry<K<Ds>>, bundle_slots, flags), ...);
+}
+
+// Visits every "row" along `dim`: each position of `shape` with dim `dim`
+// held at 0, giving the element offset of the row start in each of the N
+// layouts (all of rank `rank`). Rows are split over threads; per chunk of
+// rows, make_row() is called once and the callable it returns is invoked
+// with the offsets of each row, so it can own scratch memory.
+template <size_t N, class MakeRow>
+void for_rows(const Call& c, uint32_t rank, const int64_t* shape, int dim, const std::array<const bp_layout*, N>& lays,
+              int64_t row_cost, MakeRow&& make_row) {
+  int64_t sh[BP_MAX_RANK] = {};
+  for (uint32_t i = 0; i < rank; ++i) sh[i] = shape[i];
+  sh[dim] = 1;
+  const sdk::StridedWalker<N> w(rank, sh, lays);
+  pfor(c, w.numel(), kGrain / (row_cost < 1 ? 1 : row_cost), [&](int64_t b, int64_t e) {
+    auto row = make_row();
+    w.run(b, e, [&](const int64_t* off, int64_t n, const int64_t* st) {
+      std::array<int64_t, N> o;
+      for (int64_t i = 0; i < n; ++i) {
+        for (size_t k = 0; k < N; ++k) o[k] = off[k] + i * st[k];
+        row(o.data());
+      }
+    });
+  });
+}
+
+// Throws unless the output (or bundle slot) holds exactly n elements: a
+// shape the host got wrong must not turn into a write outside the output.
+inline void expect_numel(const Call& c, const bp_layout& l, int64_t n, const char* what = "output") {
+  sdk::check(sdk::numel(l) == n, BP_ERR_INVALID_ARGUMENT,
+             std::string(c.op) + ": " + what + " has " + std::to_string(sdk::numel(l)) + " elements, expected " +
+                 std::to_string(n));
 }
 
 inline std::string dims_str(const bp_layout& l) {
