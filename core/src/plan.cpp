@@ -599,6 +599,11 @@ Plan Runtime::compile(const Graph& graph, Device& device, const CompileOptions& 
   p.plugin = &DeviceAccess::plugin(device);
   p.poison = options.poison_outputs;
   if (!p.plugin->loaded()) throw Error("device '" + device.name() + "': its plugin is not loaded");
+  // Check the whole graph's shapes first, so a bad graph is reported as such
+  // before any device question (vendor ops need the device's inference).
+  bool has_vendor_op = false;
+  for (const auto& n : graph.nodes()) has_vendor_op = has_vendor_op || detail::is_custom_op(n.op);
+  if (!has_vendor_op) infer_graph(graph);
   Planner(p, graph).build();
   p.ctx.struct_size = sizeof(bp_kernel_context);
   p.ctx.device = DeviceAccess::handle(device);
@@ -713,6 +718,14 @@ std::map<std::string, HostTensor> Plan::run(const std::map<std::string, HostTens
 }
 
 std::vector<std::string> Plan::describe() const { return impl_ ? impl_->description : std::vector<std::string>{}; }
+
+size_t Plan::buffer_count() const { return impl_ ? impl_->cells.size() : 0; }
+uint64_t Plan::buffer_bytes() const {
+  uint64_t n = 0;
+  if (impl_)
+    for (const auto& c : impl_->cells) n += c->size;
+  return n;
+}
 
 std::pair<bp_dtype, Shape> Plan::value_type(const std::string& name) const {
   const Value& v = impl_->value(name);

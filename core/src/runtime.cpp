@@ -171,8 +171,10 @@ Device& Runtime::device(const std::string& selector_in) {
   std::lock_guard<std::mutex> lk(impl_->mu);
   auto ensure = [&](Plugin& p) { p.load(&impl_->host); };
   std::string rejected;
+  std::set<const Plugin*> noted;
   auto note_rejection = [&](const Plugin& p) {
-    if (p.rejected()) rejected += "\n  plugin '" + p.info().name + "' was rejected: " + p.info().rejection;
+    if (p.rejected() && noted.insert(&p).second)
+      rejected += "\n  plugin '" + p.info().name + "' was rejected: " + p.info().rejection;
   };
   // Exact device name or plugin name; plugin names and device names are
   // matched without loading unrelated plugins where the name says which.

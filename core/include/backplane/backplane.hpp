@@ -324,6 +324,9 @@ class Plan {
 
   // Per-node description: name, op, kernel key, whether contiguize was inserted.
   std::vector<std::string> describe() const;
+  // Device buffers the plan holds (after reuse by liveness) and their bytes.
+  size_t buffer_count() const;
+  uint64_t buffer_bytes() const;
   // The inferred dtype/shape of any graph value.
   std::pair<bp_dtype, Shape> value_type(const std::string& name) const;
 
