@@ -7,6 +7,9 @@
 #define NREC 3  // a, b, output
 #include "common.glsl"
 #include "eltwise.glsl"
+#ifdef IN_DC
+#define BP_MATH_DOUBLE 1
+#endif
 #include "math.glsl"
 
 layout(local_size_x = WG) in;
@@ -40,7 +43,7 @@ OT op(CT x, CT y) {
 #ifdef IN_FC
   return pow_f(x, y);
 #else
-  return x;  // pow is not registered for f64
+  return pow_d(x, y);
 #endif
 #else
   if (OP == 3) {

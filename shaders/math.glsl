@@ -267,6 +267,158 @@ double log_d(double x) {
   double fe = double(e);
   return fe * 6.93147180369123816490e-01LF + (lm + fe * 1.90821492927058770002e-10LF);
 }
+
+double log1p_d(double x) {
+  if (isinf(x) && x > 0.0LF) return x;
+  double u = 1.0LF + x;
+  if (u == 1.0LF) return x;
+  return log_d(u) * (x / (u - 1.0LF));
+}
+
+double expm1_d(double x) {
+  if (abs(x) < 0.5LF) {
+    // Taylor to x^18: relative error < 1e-17 for |x| < 0.5.
+    // x + x^2 (1/2! + x/3! + ... + x^16/18!)
+    double p = 1.0LF / 6402373705728000.0LF;
+    double f = 6402373705728000.0LF;  // 18!
+    for (int k = 18; k >= 3; --k) {
+      f /= double(k);  // (k-1)!
+      p = p * x + 1.0LF / f;
+    }
+    return x + x * x * p;
+  }
+  return exp_d(x) - 1.0LF;
+}
+
+double tanh_d(double x) {
+  if (isnan(x)) return x;
+  double z = abs(x);
+  if (z > 20.0LF) return x > 0.0LF ? 1.0LF : -1.0LF;
+  double r;
+  if (z >= 0.5LF) {
+    r = 1.0LF - 2.0LF / (exp_d(2.0LF * z) + 1.0LF);
+  } else {
+    double e = expm1_d(2.0LF * z);
+    r = e / (e + 2.0LF);
+  }
+  return x < 0.0LF ? -r : r;
+}
+
+// sin/cos: x = k pi/2 + r with a three-part pi/2 (fdlibm's constants),
+// then Taylor series on |r| <= pi/4 to degree 21/22.
+double sin_poly_d(double r) {
+  double z = r * r;
+  double p = -1.0LF / 51090942171709440000.0LF;  // -1/21!
+  p = p * z + 1.0LF / 121645100408832000.0LF;    // 1/19!
+  p = p * z - 1.0LF / 355687428096000.0LF;       // 1/17!
+  p = p * z + 1.0LF / 1307674368000.0LF;
+  p = p * z - 1.0LF / 6227020800.0LF;
+  p = p * z + 1.0LF / 39916800.0LF;
+  p = p * z - 1.0LF / 362880.0LF;
+  p = p * z + 1.0LF / 5040.0LF;
+  p = p * z - 1.0LF / 120.0LF;
+  p = p * z + 1.0LF / 6.0LF;
+  return r - r * z * p;
+}
+double cos_poly_d(double r) {
+  double z = r * r;
+  double p = 1.0LF / 1124000727777607680000.0LF;  // 1/22!
+  p = p * z - 1.0LF / 2432902008176640000.0LF;     // 1/20!
+  p = p * z + 1.0LF / 6402373705728000.0LF;
+  p = p * z - 1.0LF / 20922789888000.0LF;
+  p = p * z + 1.0LF / 87178291200.0LF;
+  p = p * z - 1.0LF / 479001600.0LF;
+  p = p * z + 1.0LF / 3628800.0LF;
+  p = p * z - 1.0LF / 40320.0LF;
+  p = p * z + 1.0LF / 720.0LF;
+  p = p * z - 1.0LF / 24.0LF;
+  p = p * z + 0.5LF;
+  return 1.0LF - z * p;
+}
+int reduce_pio2_d(double x, out double r) {
+  double k = floor(x * 0.636619772367581343LF + 0.5LF);
+  r = ((x - k * 1.57079632673412561417e+00LF) - k * 6.07710050630396597660e-11LF) - k * 2.02226624879595063154e-21LF;
+  return int(mod(k, 4.0LF));
+}
+double sin_d(double x) {
+  if (isnan(x) || isinf(x)) return D_NAN;
+  double r;
+  int q = reduce_pio2_d(x, r);
+  if (q == 0) return sin_poly_d(r);
+  if (q == 1) return cos_poly_d(r);
+  if (q == 2) return -sin_poly_d(r);
+  return -cos_poly_d(r);
+}
+double cos_d(double x) {
+  if (isnan(x) || isinf(x)) return D_NAN;
+  double r;
+  int q = reduce_pio2_d(x, r);
+  if (q == 0) return cos_poly_d(r);
+  if (q == 1) return -sin_poly_d(r);
+  if (q == 2) return -cos_poly_d(r);
+  return sin_poly_d(r);
+}
+
+double expmx2_d(double x) {
+  double h = x * x;
+  precise double l = fma(x, x, -h);
+  return exp_d(-h) * (1.0LF - l);
+}
+double erf_series_d(double x) {
+  double t = x, s = x;
+  double x2 = 2.0LF * x * x;
+  for (int n = 1; n < 120; ++n) {
+    t *= x2 / double(2 * n + 1);
+    s += t;
+    if (abs(t) < abs(s) * 1e-18LF) break;
+  }
+  return 1.1283791670955125739LF * expmx2_d(x) * s;
+}
+double erfc_cf_d(double x) {
+  double f = x;
+  for (int k = 90; k >= 1; --k) f = x + (0.5LF * double(k)) / f;
+  return expmx2_d(x) * 0.56418958354775628695LF / f;
+}
+double erf_d(double x) {
+  if (isnan(x)) return x;
+  double a = abs(x);
+  if (a < 2.0LF) return erf_series_d(x);
+  double r = a > 27.0LF ? 1.0LF : 1.0LF - erfc_cf_d(a);
+  return x < 0.0LF ? -r : r;
+}
+double erfc_d(double x) {
+  if (isnan(x)) return x;
+  if (x >= 2.0LF) return x > 27.3LF ? 0.0LF : erfc_cf_d(x);
+  if (x <= -2.0LF) return x < -27.0LF ? 2.0LF : 2.0LF - erfc_cf_d(-x);
+  return 1.0LF - erf_series_d(x);
+}
+
+double pow_d(double x, double y) {
+  if (y == 0.0LF || x == 1.0LF) return 1.0LF;
+  if (isnan(x) || isnan(y)) return x + y;
+  double ax = abs(x);
+  bool yint = floor(y) == y;
+  bool odd = yint && abs(y) < 9007199254740992.0LF && mod(y, 2.0LF) == 1.0LF;
+  if (isinf(y)) {
+    if (ax == 1.0LF) return 1.0LF;
+    return ((ax > 1.0LF) == (y > 0.0LF)) ? D_INF : 0.0LF;
+  }
+  if (x == 0.0LF) {
+    if (y < 0.0LF) return odd ? (sign(1.0LF / x) * D_INF) : D_INF;
+    return odd ? x : 0.0LF;
+  }
+  if (isinf(x)) {
+    double r = y < 0.0LF ? 0.0LF : D_INF;
+    return (x < 0.0LF && odd) ? -r : r;
+  }
+  if (x < 0.0LF && !yint) return D_NAN;
+  double l = log_d(ax);
+  double h = y * l;
+  precise double lo = fma(y, l, -h);
+  double e = exp_d(h);
+  double r = isinf(e) ? e : e * (1.0LF + lo);
+  return (x < 0.0LF && odd) ? -r : r;
+}
 #endif
 
 #endif

@@ -8,7 +8,40 @@
 #define NREC 2  // x, output
 #include "common.glsl"
 #include "eltwise.glsl"
+#ifdef IN_DC
+#define BP_MATH_DOUBLE 1
+#endif
 #include "math.glsl"
+
+// Transcendentals and constants of the compute type (double literals need
+// the LF suffix to keep their precision).
+#ifdef IN_DC
+const double C_SQRT1_2 = 0.70710678118654752440LF;
+const double C_GELU_K = 0.79788456080286535588LF;
+const double C_GELU_A = 0.044715LF;
+#define M_EXP exp_d
+#define M_LOG log_d
+#define M_LOG1P log1p_d
+#define M_SIN sin_d
+#define M_COS cos_d
+#define M_TANH tanh_d
+#define M_ERF erf_d
+#define M_ERFC erfc_d
+#define M_NAN D_NAN
+#else
+const float C_SQRT1_2 = 0.70710678118654752440;
+const float C_GELU_K = 0.79788456080286535588;
+const float C_GELU_A = 0.044715;
+#define M_EXP exp_f
+#define M_LOG log_f
+#define M_LOG1P log1p_f
+#define M_SIN sin_f
+#define M_COS cos_f
+#define M_TANH tanh_f
+#define M_ERF erf_f
+#define M_ERFC erfc_f
+#define M_NAN F_NAN
+#endif
 
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const int OP = 0;
@@ -37,41 +70,39 @@ CT op(CT x) {
   }
 #ifdef IN_FLOAT
   if (OP == 3) return x * x;
-  if (OP == 4) return x < CT(0) ? CT(F_NAN) : sqrt(x);
-  if (OP == 5) return x < CT(0) ? CT(F_NAN) : CT(1) / sqrt(x);
+  if (OP == 4) return x < CT(0) ? CT(M_NAN) : sqrt(x);
+  if (OP == 5) return x < CT(0) ? CT(M_NAN) : CT(1) / sqrt(x);
   if (OP == 6) return CT(1) / x;
   if (OP == 13) return floor(x);
   if (OP == 14) return ceil(x);
   if (OP == 15) return roundEven(x);
   if (OP == 16) return (x > CT(0) || isnan(x)) ? x : CT(0);
   if (OP == 23) return param_in(0) * x + param_in(PWORDS);
-#ifdef IN_FC
-  if (OP == 7) return exp_f(x);
-  if (OP == 8) return log_f(x);
-  if (OP == 9) return sin_f(x);
-  if (OP == 10) return cos_f(x);
-  if (OP == 11) return tanh_f(x);
-  if (OP == 12) return erf_f(x);
+  if (OP == 7) return M_EXP(x);
+  if (OP == 8) return M_LOG(x);
+  if (OP == 9) return M_SIN(x);
+  if (OP == 10) return M_COS(x);
+  if (OP == 11) return M_TANH(x);
+  if (OP == 12) return M_ERF(x);
   if (OP == 17) {
-    if (x >= 0.0) return 1.0 / (1.0 + exp_f(-x));
-    float e = exp_f(x);
-    return e / (1.0 + e);
+    if (x >= CT(0)) return CT(1) / (CT(1) + M_EXP(-x));
+    CT e = M_EXP(x);
+    return e / (CT(1) + e);
   }
   if (OP == 18) {
-    if (x >= 0.0) return x / (1.0 + exp_f(-x));
-    float e = exp_f(x);
-    return x * e / (1.0 + e);
+    if (x >= CT(0)) return x / (CT(1) + M_EXP(-x));
+    CT e = M_EXP(x);
+    return x * e / (CT(1) + e);
   }
   if (OP == 19) {
     if (isnan(x)) return x;
-    return max(x, 0.0) + log1p_f(exp_f(-abs(x)));
+    return max(x, CT(0)) + M_LOG1P(M_EXP(-abs(x)));
   }
-  if (OP == 20) return 0.5 * x * erfc_f(-x * 0.70710678118654752);
+  if (OP == 20) return CT(0.5) * x * M_ERFC(-x * C_SQRT1_2);
   if (OP == 21) {
-    float u = 0.79788456080286536 * (x + 0.044715 * x * x * x);
-    return x / (1.0 + exp_f(-2.0 * u));
+    CT u = C_GELU_K * (x + C_GELU_A * x * x * x);
+    return x / (CT(1) + M_EXP(CT(-2) * u));
   }
-#endif
 #endif
   return x;
 }

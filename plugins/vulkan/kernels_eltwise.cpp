@@ -167,8 +167,8 @@ void register_eltwise(Registry& r) {
   std::vector<bp_dtype> numeric(std::begin(floats), std::end(floats));
   numeric.insert(numeric.end(), std::begin(ints), std::end(ints));
 
-  // Unary: float ops on f32/f16/bf16 (f32 math); f64 only where GLSL has
-  // exact double built-ins; integers: neg abs sign clamp.
+  // Unary: float ops on f32/f16/bf16 (f32 math) and f64 (double math in
+  // shaders/math.glsl); integers: neg abs sign clamp.
   const char* unops[] = {"neg",   "abs",  "sign",  "sqr",  "sqrt",    "rsqrt", "recip",    "exp",
                          "log",   "sin",  "cos",   "tanh", "erf",     "floor", "ceil",     "round",
                          "relu",  "sigmoid", "silu", "softplus", "gelu", nullptr, "clamp", "affine"};
@@ -176,8 +176,6 @@ void register_eltwise(Registry& r) {
     if (!unops[op]) continue;
     for (bp_dtype d : numeric) {
       const bool f = backplane::is_float(d);
-      const bool transcendental = (op >= kExp && op <= kErf) || (op >= kSigmoid && op <= kGeluTanh);
-      if (d == BP_DTYPE_F64 && transcendental) continue;
       if (!f && !(op == kNeg || op == kAbs || op == kSign || op == kClamp)) continue;
       r.add(unops[op], {d, d}, {S}, unary_impl, op);
     }
@@ -185,7 +183,7 @@ void register_eltwise(Registry& r) {
   const char* binops[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow"};
   for (int op = 0; op < 7; ++op)
     for (bp_dtype d : numeric) {
-      if (op == 6 && d != BP_DTYPE_F32 && d != BP_DTYPE_F16 && d != BP_DTYPE_BF16) continue;  // pow: f32 math
+      if (op == 6 && !backplane::is_float(d)) continue;  // pow: float only
       r.add(binops[op], {d, d, d}, {S, S}, binary_impl, op);
     }
   const char* cmps[] = {"eq", "ne", "lt", "le", "gt", "ge"};
