@@ -1,5 +1,393 @@
+// matmul and conv2d on one packed GEMM.
+//
+// The GEMM follows the BLIS layout: B is packed into KC x NR micro-panels,
+// A into MR x KC micro-panels, and an MR x NR register tile accumulates
+// kc rank-1 updates. Packing reads any strides (so matmul takes strided and
+// transposed operands directly) and converts f16/bf16 to f32. The
+// micro-kernel is written once with GCC vector extensions and instantiated
+// inside functions compiled for avx512f, avx2+fma and baseline x86-64; the
+// ISA chosen at initialize picks one.
 #include "kernels.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
 namespace backplane::cpu {
-void register_linalg(sdk::KernelTable&) {}
+namespace {
+
+template <class P, int W> struct Vec {
+  typedef P type __attribute__((vector_size(W * sizeof(P))));
+};
+
+// One MR x NR tile: c (row stride ldc) = or += a_panel * b_panel.
+template <class P, int W, int MR, int NV>
+[[gnu::always_inline]] inline void micro_tile(int64_t kc, const P* __restrict a, const P* __restrict b, P* c, int64_t ldc,
+                                              bool overwrite, int64_t mr, int64_t nr) {
+  using V = typename Vec<P, W>::type;
+  constexpr int NR = W * NV;
+  V acc[MR][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) acc[i][j] = V{};
+  for (int64_t k = 0; k < kc; ++k) {
+    V bv[NV];
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) std::memcpy(&bv[j], b + k * NR + j * W, sizeof(V));
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const V av = a[k * MR + i] - V{};  // broadcast (x - 0 == x, folds away)
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
+    }
+  }
+  if (mr == MR && nr == NR) {
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) {
+        P* cp = c + i * ldc + j * W;
+        if (!overwrite) {
+          V cur;
+          std::memcpy(&cur, cp, sizeof(V));
+          acc[i][j] += cur;
+        }
+        std::memcpy(cp, &acc[i][j], sizeof(V));
+      }
+    return;
+  }
+  alignas(64) P tmp[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j) std::memcpy(&tmp[i][j * W], &acc[i][j], sizeof(V));
+  for (int64_t i = 0; i < mr; ++i)
+    for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = overwrite ? tmp[i][j] : c[i * ldc + j] + tmp[i][j];
+}
+
+template <class P, int W, int MR, int NV>
+[[gnu::always_inline]] inline void macro_tile(int64_t mc, int64_t nc, int64_t kc, const P* ap, const P* bp, P* c, int64_t ldc,
+                                              bool overwrite) {
+  constexpr int64_t NR = W * NV;
+  for (int64_t jr = 0; jr < nc; jr += NR)
+    for (int64_t ir = 0; ir < mc; ir += MR)
+      micro_tile<P, W, MR, NV>(kc, ap + ir * kc, bp + jr * kc, c + ir * ldc + jr, ldc, overwrite, std::min<int64_t>(MR, mc - ir),
+                               std::min<int64_t>(NR, nc - jr));
+}
+
+template <class P> using MacroFn = void (*)(int64_t, int64_t, int64_t, const P*, const P*, P*, int64_t, bool);
+
+#define BP_CPU_MACRO(NAME, TARGET, P, W, MR, NV)                                                          \
+  TARGET void NAME(int64_t mc, int64_t nc, int64_t kc, const P* ap, const P* bp, P* c, int64_t ldc, bool ow) { \
+    macro_tile<P, W, MR, NV>(mc, nc, kc, ap, bp, c, ldc, ow);                                            \
+  }
+#if defined(__x86_64__)
+#define BP_CPU_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
+#define BP_CPU_AVX2 __attribute__((target("avx2,fma")))
+BP_CPU_MACRO(macro_f32_avx512, BP_CPU_AVX512, float, 16, 12, 2)
+BP_CPU_MACRO(macro_f64_avx512, BP_CPU_AVX512, double, 8, 12, 2)
+BP_CPU_MACRO(macro_f32_avx2, BP_CPU_AVX2, float, 8, 6, 2)
+BP_CPU_MACRO(macro_f64_avx2, BP_CPU_AVX2, double, 4, 6, 2)
+#endif
+BP_CPU_MACRO(macro_f32_base, , float, 4, 4, 2)
+BP_CPU_MACRO(macro_f64_base, , double, 2, 4, 2)
+#undef BP_CPU_MACRO
+
+template <class P> struct GemmKernel {
+  int64_t mr, nr;
+  MacroFn<P> macro;
+};
+
+template <class P> GemmKernel<P> pick_kernel() {
+  constexpr bool f = std::is_same_v<P, float>;
+#if defined(__x86_64__)
+  switch (isa()) {
+    case Isa::avx512:
+      if constexpr (f) return {12, 32, macro_f32_avx512};
+      else return {12, 16, macro_f64_avx512};
+    case Isa::avx2:
+      if constexpr (f) return {6, 16, macro_f32_avx2};
+      else return {6, 8, macro_f64_avx2};
+    default:
+      break;
+  }
+#endif
+  if constexpr (f) return {4, 8, macro_f32_base};
+  else return {4, 4, macro_f64_base};
+}
+
+template <class P> struct AlignedBuffer {
+  struct Free {
+    void operator()(P* p) const { std::free(p); }
+  };
+  std::unique_ptr<P, Free> p;
+  explicit AlignedBuffer(int64_t n) {
+    void* raw = nullptr;
+    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(P) + 63) / 64 * 64;
+    if (posix_memalign(&raw, 64, bytes) != 0 || raw == nullptr) throw std::bad_alloc();
+    p.reset(static_cast<P*>(raw));
+  }
+  P* get() const { return p.get(); }
+};
+
+template <class S, class P> inline P to_p(S v) { return static_cast<P>(ld(v)); }
+
+// MR-row panels of A[m x kc] (zero rows past m).
+template <class S, class P>
+void pack_a_panel(const S* a, int64_t rsa, int64_t csa, int64_t rows, int64_t kc, int64_t mr, P* dst) {
+  if (csa == 1) {
+    for (int64_t r = 0; r < mr; ++r) {
+      if (r < rows) {
+        const S* src = a + r * rsa;
+        for (int64_t k = 0; k < kc; ++k) dst[k * mr + r] = to_p<S, P>(src[k]);
+      } else {
+        for (int64_t k = 0; k < kc; ++k) dst[k * mr + r] = P(0);
+      }
+    }
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k)
+    for (int64_t r = 0; r < mr; ++r) dst[k * mr + r] = r < rows ? to_p<S, P>(a[r * rsa + k * csa]) : P(0);
+}
+
+// NR-column panels of B[kc x n] (zero columns past n).
+template <class S, class P>
+void pack_b_panel(const S* b, int64_t rsb, int64_t csb, int64_t cols, int64_t kc, int64_t nr, P* dst) {
+  if (csb == 1 && cols == nr) {
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t j = 0; j < nr; ++j) dst[k * nr + j] = to_p<S, P>(b[k * rsb + j]);
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k)
+    for (int64_t j = 0; j < nr; ++j) dst[k * nr + j] = j < cols ? to_p<S, P>(b[k * rsb + j * csb]) : P(0);
+}
+
+// C[M x N] (dense rows, ldc) = A[M x K] * B[K x N], any element strides.
+template <class S, class P>
+void gemm(const Call& c, int64_t M, int64_t N, int64_t K, const S* a, int64_t rsa, int64_t csa, const S* b, int64_t rsb,
+          int64_t csb, P* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, P(0));
+    return;
+  }
+  const GemmKernel<P> kern = pick_kernel<P>();
+  const int64_t MR = kern.mr, NR = kern.nr;
+  constexpr int64_t KC = 256;
+  const int64_t MC = MR * (std::is_same_v<P, float> ? 24 : 12);
+  const int64_t NC = NR * (4096 / NR);
+  const int64_t MCHUNK = MC * 16;
+  auto round_up = [](int64_t v, int64_t m) { return (v + m - 1) / m * m; };
+  const int64_t nc_max = round_up(std::min(N, NC), NR), mch_max = round_up(std::min(M, MCHUNK), MR);
+  const AlignedBuffer<P> bbuf(nc_max * KC), abuf(mch_max * KC);
+  P* bp = bbuf.get();
+  P* ap = abuf.get();
+  const int64_t threads = num_threads(c);
+  // Small products stay on one thread.
+  const bool serial = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < 1.5e5 || threads == 1;
+  const int64_t big = std::numeric_limits<int64_t>::max() / 4;
+
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min(NC, N - jc);
+    const int64_t nb = (nc + NR - 1) / NR;
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      pfor(c, nb, serial ? big : std::max<int64_t>(1, 8192 / (kc * NR)), [&](int64_t b0, int64_t b1) {
+        for (int64_t p = b0; p < b1; ++p)
+          pack_b_panel<S, P>(b + pc * rsb + (jc + p * NR) * csb, rsb, csb, std::min(NR, nc - p * NR), kc, NR, bp + p * NR * kc);
+      });
+      for (int64_t ic0 = 0; ic0 < M; ic0 += MCHUNK) {
+        const int64_t mch = std::min(MCHUNK, M - ic0);
+        const int64_t na = (mch + MR - 1) / MR;
+        pfor(c, na, serial ? big : std::max<int64_t>(1, 8192 / (kc * MR)), [&](int64_t p0, int64_t p1) {
+          for (int64_t p = p0; p < p1; ++p)
+            pack_a_panel<S, P>(a + (ic0 + p * MR) * rsa + pc * csa, rsa, csa, std::min(MR, mch - p * MR), kc, MR, ap + p * MR * kc);
+        });
+        const int64_t mb = (mch + MC - 1) / MC;
+        const int64_t nsplit = std::clamp<int64_t>((2 * threads + mb - 1) / mb, 1, nb);
+        const int64_t ncs = (nb + nsplit - 1) / nsplit * NR;
+        pfor(c, mb * nsplit, serial ? big : 1, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t i0 = (t / nsplit) * MC, j0 = (t % nsplit) * ncs;
+            if (j0 >= nc) continue;
+            kern.macro(std::min(MC, mch - i0), std::min(ncs, nc - j0), kc, ap + i0 * kc, bp + j0 * kc,
+                       C + (ic0 + i0) * ldc + jc + j0, ldc, pc == 0);
+          }
+        });
+      }
+    }
+  }
+}
+
+// Exact wrapping integer product, row by row.
+template <class T>
+void gemm_int(int64_t M, int64_t N, int64_t K, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb, T* C,
+              int64_t ldc, std::vector<wide_u<T>>& acc) {
+  using U = wide_u<T>;
+  acc.resize(static_cast<size_t>(N));
+  for (int64_t i = 0; i < M; ++i) {
+    std::fill(acc.begin(), acc.end(), U(0));
+    for (int64_t k = 0; k < K; ++k) {
+      const U av = static_cast<U>(a[i * rsa + k * csa]);
+      const T* brow = b + k * rsb;
+      if (csb == 1)
+        for (int64_t j = 0; j < N; ++j) acc[j] += av * static_cast<U>(brow[j]);
+      else
+        for (int64_t j = 0; j < N; ++j) acc[j] += av * static_cast<U>(brow[j * csb]);
+    }
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = static_cast<T>(acc[j]);
+  }
+}
+
+template <class T> using gemm_p_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <bp_dtype D> struct MatmulK {
+  static void impl(const Call& c) {
+    c.expect(2, BP_PARAMS_NONE);
+    using T = st_t<D>;
+    const bp_layout& la = c.in_layout(0);
+    const bp_layout& lb = c.in_layout(1);
+    const bp_layout& lo = c.out_layout();
+    const uint32_t r = la.rank;
+    sdk::check(r >= 2 && lb.rank == r && lo.rank == r, BP_ERR_INVALID_ARGUMENT,
+               std::string(c.op) + ": operands of rank " + std::to_string(la.rank) + " and " + std::to_string(lb.rank) +
+                   ", output rank " + std::to_string(lo.rank) + " (the host promotes to equal rank >= 2)");
+    const int64_t M = la.shape[r - 2], K = la.shape[r - 1], N = lb.shape[r - 1];
+    bool ok = lb.shape[r - 2] == K && lo.shape[r - 2] == M && lo.shape[r - 1] == N;
+    for (uint32_t i = 0; ok && i + 2 < r; ++i) ok = la.shape[i] == lo.shape[i] && lb.shape[i] == lo.shape[i];
+    sdk::check(ok, BP_ERR_INVALID_ARGUMENT,
+               std::string(c.op) + ": shapes " + dims_str(la) + " x " + dims_str(lb) + " -> " + dims_str(lo) + " do not fit");
+    int64_t bshape[BP_MAX_RANK] = {};
+    for (uint32_t i = 0; i < r; ++i) bshape[i] = i + 2 < r ? lo.shape[i] : 1;
+    const sdk::StridedWalker<3> w(r, bshape, {&la, &lb, &lo});
+    const int64_t batches = w.numel();
+    if (batches == 0 || M == 0 || N == 0) return;
+    std::vector<std::array<int64_t, 3>> offs;
+    offs.reserve(static_cast<size_t>(batches));
+    w.run_all([&](const int64_t* off, int64_t n, const int64_t* s) {
+      for (int64_t i = 0; i < n; ++i) offs.push_back({off[0] + i * s[0], off[1] + i * s[1], off[2] + i * s[2]});
+    });
+    const T* a = c.in_data<T>(0);
+    const T* b = c.in_data<T>(1);
+    T* y = c.out_data<T>();
+    const int64_t rsa = la.strides[r - 2], csa = la.strides[r - 1], rsb = lb.strides[r - 2], csb = lb.strides[r - 1];
+    const double flops = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+    // Many small products: one per thread; else each product uses every thread.
+    const int64_t grain = flops < 2e6 ? std::max<int64_t>(1, static_cast<int64_t>(2e6 / std::max(flops, 1.0))) : batches;
+    pfor(c, batches, grain, [&](int64_t b0, int64_t b1) {
+      std::vector<float> tmp;
+      std::vector<wide_u<T>> iacc;
+      for (int64_t i = b0; i < b1; ++i) {
+        const auto& o = offs[static_cast<size_t>(i)];
+        if constexpr (std::is_integral_v<T>) {
+          gemm_int<T>(M, N, K, a + o[0], rsa, csa, b + o[1], rsb, csb, y + o[2], N, iacc);
+        } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+          gemm<T, T>(c, M, N, K, a + o[0], rsa, csa, b + o[1], rsb, csb, y + o[2], N);
+        } else {
+          tmp.resize(static_cast<size_t>(M * N));
+          gemm<T, float>(c, M, N, K, a + o[0], rsa, csa, b + o[1], rsb, csb, tmp.data(), N);
+          for (int64_t k = 0; k < M * N; ++k) y[o[2] + k] = st<T>(tmp[static_cast<size_t>(k)]);
+        }
+      }
+    });
+  }
+};
+
+template <bp_dtype D> struct Conv2dK {
+  static void impl(const Call& c) {
+    c.expect(3, BP_PARAMS_CONV2D);
+    using T = st_t<D>;
+    using P = gemm_p_t<T>;
+    const bp_conv2d_params& p = c.params->u.conv2d;
+    const bp_layout& lx = c.in_layout(0);
+    const bp_layout& lw = c.in_layout(1);
+    const bp_layout& lo = c.out_layout();
+    sdk::check(lx.rank == 4 && lw.rank == 4 && lo.rank == 4, BP_ERR_INVALID_ARGUMENT,
+               std::string(c.op) + ": x, w and the output must be 4-D");
+    const int64_t N = lx.shape[0], C = lx.shape[1], H = lx.shape[2], W = lx.shape[3];
+    const int64_t O = lw.shape[0], Cg = lw.shape[1], kH = lw.shape[2], kW = lw.shape[3], G = p.groups;
+    const int64_t sh = p.stride[0], sw = p.stride[1], dh = p.dilation[0], dw = p.dilation[1];
+    const int64_t pt = p.padding[0], pl = p.padding[1], pb = p.padding[2], pr = p.padding[3];
+    sdk::check(G >= 1 && C == Cg * G && O % G == 0 && sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1 && pt >= 0 && pl >= 0 &&
+                   pb >= 0 && pr >= 0,
+               BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": bad geometry for x " + dims_str(lx) + ", w " + dims_str(lw));
+    const int64_t OH = (H + pt + pb - dh * (kH - 1) - 1) / sh + 1, OW = (W + pl + pr - dw * (kW - 1) - 1) / sw + 1;
+    sdk::check(lo.shape[0] == N && lo.shape[1] == O && lo.shape[2] == std::max<int64_t>(OH, 0) &&
+                   lo.shape[3] == std::max<int64_t>(OW, 0),
+               BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": output " + dims_str(lo) + " does not match the geometry");
+    const bool has_bias = c.has_input(2);
+    if (has_bias) expect_numel(c, c.in_layout(2), O, "bias");
+    if (sdk::numel(lo) == 0) return;
+    const int64_t Og = O / G, Kd = Cg * kH * kW, L = OH * OW;
+    const T* x = c.in_data<T>(0);
+    T* y = c.out_data<T>();
+    // Weights dense as [O, Kd] in the GEMM type.
+    std::vector<P> wd(static_cast<size_t>(O * Kd));
+    {
+      const T* w = c.in_data<T>(1);
+      int64_t k = 0;
+      const sdk::StridedWalker<1> ww(lw.rank, lw.shape, {&lw});
+      ww.run_all([&](const int64_t* off, int64_t n, const int64_t* s) {
+        for (int64_t i = 0; i < n; ++i) wd[static_cast<size_t>(k++)] = static_cast<P>(ld(w[off[0] + i * s[0]]));
+      });
+    }
+    std::vector<P> bias(static_cast<size_t>(O), P(0));
+    if (has_bias) {
+      const bp_layout& lbias = c.in_layout(2);
+      const T* bsrc = c.in_data<T>(2);
+      for (int64_t o = 0; o < O; ++o) bias[o] = static_cast<P>(ld(bsrc[lbias.offset + o * lbias.strides[0]]));
+    }
+    std::vector<P> col(static_cast<size_t>(Kd * L));
+    std::vector<P> tmp(std::is_same_v<T, P> ? 0 : static_cast<size_t>(Og * L));
+    const int64_t xs0 = lx.strides[0], xs1 = lx.strides[1], xs2 = lx.strides[2], xs3 = lx.strides[3];
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t g = 0; g < G; ++g) {
+        // im2col: row (ci, kh, kw) holds the input pixel each output reads.
+        const T* xg = x + lx.offset + n * xs0 + g * Cg * xs1;
+        pfor(c, Kd, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, L)), [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const int64_t ci = r / (kH * kW), kh = (r / kW) % kH, kw = r % kW;
+            P* dst = col.data() + r * L;
+            for (int64_t oh = 0; oh < OH; ++oh) {
+              const int64_t ih = oh * sh - pt + kh * dh;
+              P* drow = dst + oh * OW;
+              if (ih < 0 || ih >= H) {
+                std::fill(drow, drow + OW, P(0));
+                continue;
+              }
+              const T* srow = xg + ci * xs1 + ih * xs2;
+              for (int64_t ow = 0; ow < OW; ++ow) {
+                const int64_t iw = ow * sw - pl + kw * dw;
+                drow[ow] = (iw < 0 || iw >= W) ? P(0) : static_cast<P>(ld(srow[iw * xs3]));
+              }
+            }
+          }
+        });
+        const P* wg = wd.data() + g * Og * Kd;
+        T* yg = y + (n * O + g * Og) * L;
+        P* cg = nullptr;
+        if constexpr (std::is_same_v<T, P>) cg = yg;
+        else cg = tmp.data();
+        gemm<P, P>(c, Og, L, Kd, wg, Kd, 1, col.data(), L, 1, cg, L);
+        pfor(c, Og, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, L)), [&](int64_t o0, int64_t o1) {
+          for (int64_t o = o0; o < o1; ++o) {
+            const P bv = bias[g * Og + o];
+            P* row = cg + o * L;
+            T* orow = yg + o * L;
+            for (int64_t i = 0; i < L; ++i) orow[i] = st<T>(static_cast<comp_t<T>>(row[i] + bv));
+          }
+        });
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void register_linalg(sdk::KernelTable& t) {
+  const auto k21 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d, d}; };
+  const auto k31 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d, d, d}; };
+  add_rows<MatmulK, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "matmul", k21, {kStrided, kStrided});
+  add_rows<Conv2dK, BP_CPU_FLOAT_DTYPES>(t, "conv2d", k31, {kStrided, kStrided, kStrided});
+}
+
 }  // namespace backplane::cpu
