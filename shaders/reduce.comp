@@ -1,6 +1,10 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // Reductions over the inner dims of each row. OP: 0 sum 1 mean 2 prod 3 max 4 min.
+// pc.extra: 0 a workgroup per row, 1 an invocation per row, and for a few
+// very long rows a split: 2 = partial pass (workgroup g reduces chunk
+// g % P of row g / P into scratch[g]; P and the chunk length at RPARAMS),
+// 3 = final pass (a workgroup per row reduces its P partials).
 #include "common.glsl"
 #include "rows.glsl"
 
@@ -9,8 +13,9 @@ layout(constant_id = 0) const int OP = 0;
 
 DECL_RO1(2, x, IN_DT)
 DECL_RW1(3, o, IN_DT)
-
 #define CT CTYPE(IN_DT)
+layout(set = 0, binding = 4, std430) buffer Scratch { CT part[]; };
+
 shared CT sh[WG];
 
 CT identity() {
@@ -37,8 +42,9 @@ CT combine(CT a, CT b) {
   return OP == 3 ? max(a, b) : min(a, b);
 }
 
-// Accumulates elements [first, n) step `step` of the row at `base`.
-CT accumulate(int base, int first, int step, int n) {
+// Accumulates elements [first, n) step `step` of the row at `base`
+// (from the scratch partials when `partials`).
+CT accumulate(int base, int first, int step, int n, bool partials) {
   CT acc = identity();
 #ifdef IN_FLOAT
   precise CT comp = CT(0);  // Kahan compensation for sums
@@ -49,7 +55,7 @@ CT accumulate(int base, int first, int step, int n) {
     int ii, io;
     if (simple) ii = i * st;
     else row_offsets(R_INNER, i, ii, io);
-    CT v = LD(IN_DT, x[base + ii]);
+    CT v = partials ? part[base + i] : LD(IN_DT, x[base + ii]);
 #ifdef IN_FLOAT
     if (OP <= 1) {
       precise CT y = v - comp;
@@ -80,18 +86,29 @@ void main() {
     if (row >= rows) return;
     int ib, ob;
     row_offsets(R_OUTER, row, ib, ob);
-    store(ob, accumulate(IN_OFF + ib, 0, 1, n), n);
+    store(ob, accumulate(IN_OFF + ib, 0, 1, n, false), n);
     return;
   }
-  const int row = int(group_linear());
+  const int P = A(RPARAMS), chunk = A(RPARAMS + 1);
+  const int g = int(group_linear());
+  const int row = pc.extra == 2u ? g / P : g;
   if (row >= rows) return;
   int ib, ob;
   row_offsets(R_OUTER, row, ib, ob);
-  sh[lid] = accumulate(IN_OFF + ib, int(lid), WG, n);
+  if (pc.extra == 2u) {
+    const int c0 = (g % P) * chunk;
+    sh[lid] = accumulate(IN_OFF + ib, c0 + int(lid), WG, min(n, c0 + chunk), false);
+  } else if (pc.extra == 3u) {
+    sh[lid] = accumulate(row * P, int(lid), WG, P, true);
+  } else {
+    sh[lid] = accumulate(IN_OFF + ib, int(lid), WG, n, false);
+  }
   barrier();
   for (uint s = WG / 2; s > 0; s >>= 1) {
     if (lid < s) sh[lid] = combine(sh[lid], sh[lid + s]);
     barrier();
   }
-  if (lid == 0u) store(ob, sh[0], n);
+  if (lid != 0u) return;
+  if (pc.extra == 2u) part[g] = sh[0];
+  else store(ob, sh[0], n);
 }

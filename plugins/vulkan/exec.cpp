@@ -32,6 +32,24 @@ void Exec::init(Device* dev) {
   ring_.push_back({dev->memory.create_host_buffer(kRingChunk, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT)});
 }
 
+Binding Exec::scratch(uint64_t bytes) {
+  if (scratch_size_ < bytes) {
+    // Commands recorded in this run may still use the old one.
+    if (scratch_) retired_scratch_.push_back(scratch_);
+    const uint64_t size = std::max<uint64_t>(bytes, 1 << 16);
+    scratch_ = dev_->memory.allocate(size).handle;
+    scratch_size_ = size;
+  }
+  const Allocation& a = dev_->memory.get(scratch_);
+  Binding b;
+  b.buffer = dev_->memory.vk_buffer(a);
+  b.offset = a.offset;
+  b.range = bytes;
+  b.handle = scratch_;
+  b.write = true;
+  return b;
+}
+
 void Exec::destroy() {
   if (!dev_) return;
   VkDevice d = dev_->dev;
@@ -58,6 +76,8 @@ void Exec::reset_recording_state() {
   e[0] = 0;
   e[1] = 0xffffffffu;
   op_names_.clear();
+  for (uint64_t h : retired_scratch_) dev_->memory.free(h);
+  retired_scratch_.clear();
   written_.clear();
   read_.clear();
   n_dispatches_ = 0;

@@ -43,6 +43,9 @@ class Exec {
   // Submits, waits and reports. Returns normally when there was nothing to do.
   void synchronize();
   uint32_t dispatches() const { return n_dispatches_; }
+  // A device buffer of at least `bytes` for intermediate results, valid until
+  // the next begin() (split reductions).
+  Binding scratch(uint64_t bytes);
 
  private:
   struct RingChunk {
@@ -70,6 +73,8 @@ class Exec {
   std::vector<const char*> op_names_;
 
   std::unordered_set<uint64_t> written_, read_;  // since the last barrier
+  uint64_t scratch_ = 0, scratch_size_ = 0;       // bp buffer handle
+  std::vector<uint64_t> retired_scratch_;         // freed at the next begin()
 };
 
 }  // namespace bpvk

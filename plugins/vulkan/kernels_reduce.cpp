@@ -3,6 +3,8 @@
 // elements (reduced dims) is in row_header(); shaders/rows.glsl reads it.
 #include "kernels.hpp"
 
+#include <algorithm>
+
 namespace bpvk {
 
 namespace {
@@ -32,10 +34,31 @@ void reduce_impl(Call& c) {
   check(p.outer_n == n_out, BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": output size does not match the reduction");
   if (p.inner_n == 0 && c.row.code >= 3)
     fail(BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": reduction over an empty dim has no identity");
-  if (p.inner_n == 0) {
-    // Still dispatch: the shader writes the identity (sum 0, prod 1, mean NaN).
+  // (inner_n == 0 still dispatches: the shader writes the identity.)
+  if (p.mode == 0 && p.outer_n <= 16 && p.inner_n >= (1 << 16)) {
+    // A few very long rows: split each into P chunks reduced by P
+    // workgroups into scratch partials, then reduce the partials.
+    const int64_t P = std::min<int64_t>(1024, ceil_div(p.inner_n, 1 << 14));
+    const int64_t chunk = ceil_div(p.inner_n, P);
+    const uint64_t ct = (d == BP_DTYPE_F64 || d == BP_DTYPE_I64) ? 8 : 4;  // compute type size
+    Binding s = c.dev.exec.scratch(static_cast<uint64_t>(p.outer_n * P) * ct);
+    a.i32(P);
+    a.i32(chunk);
+    const Pipeline& pl = c.dev.pipelines.get(shader("reduce", d), {c.row.code}, 3);
+    const Binding b1[] = {x.binding, o.binding, s};
+    c.dev.exec.dispatch(pl, b1, a.w, static_cast<uint32_t>(p.outer_n), 2, static_cast<uint64_t>(p.outer_n * P), c.op());
+    Binding s2 = s;
+    s2.write = false;
+    const Binding b2[] = {x.binding, o.binding, s2};
+    c.dev.exec.dispatch(pl, b2, a.w, static_cast<uint32_t>(p.outer_n), 3, static_cast<uint64_t>(p.outer_n), c.op());
+    return;
   }
-  dispatch_rows(c, shader("reduce", d), {c.row.code}, {x.binding, o.binding}, a, p);
+  a.i32(0);
+  a.i32(0);
+  Binding none = c.dev.exec.scratch(4);
+  none.write = false;
+  none.handle = 0;
+  dispatch_rows(c, shader("reduce", d), {c.row.code}, {x.binding, o.binding, none}, a, p);
 }
 
 void argreduce_impl(Call& c) {
