@@ -13,94 +13,145 @@ constexpr uint32_t kSetsPerPool = 1024;
 constexpr uint32_t kMaxBindings = 12;
 }  // namespace
 
-void Exec::init(Device* dev) {
-  dev_ = dev;
-  VkCommandPoolCreateInfo pci{};
-  pci.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
-  pci.queueFamilyIndex = dev->queue_family;
-  vk_check(vkCreateCommandPool(dev->dev, &pci, nullptr, &pool_), "vkCreateCommandPool");
-  VkCommandBufferAllocateInfo cai{};
-  cai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
-  cai.commandPool = pool_;
-  cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  cai.commandBufferCount = 1;
-  vk_check(vkAllocateCommandBuffers(dev->dev, &cai, &cmd_), "vkAllocateCommandBuffers");
-  VkFenceCreateInfo fci{};
-  fci.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
-  vk_check(vkCreateFence(dev->dev, &fci, nullptr, &fence_), "vkCreateFence");
-  errors_ = dev->memory.create_host_buffer(64, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT);
-  ring_.push_back({dev->memory.create_host_buffer(kRingChunk, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT)});
+void Exec::init(Device* dev) { dev_ = dev; }
+
+void Exec::destroy() {
+  if (!dev_) return;
+  for (auto& s : streams_) destroy_stream(*s);
+  streams_.clear();
+  idle_.clear();
+  active_.clear();
+  dev_ = nullptr;
+}
+
+Stream* Exec::create_stream() {
+  auto s = std::make_unique<Stream>();
+  try {
+    VkCommandPoolCreateInfo pci{};
+    pci.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+    pci.queueFamilyIndex = dev_->queue_family;
+    vk_check(vkCreateCommandPool(dev_->dev, &pci, nullptr, &s->pool), "vkCreateCommandPool");
+    VkCommandBufferAllocateInfo cai{};
+    cai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    cai.commandPool = s->pool;
+    cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    cai.commandBufferCount = 1;
+    vk_check(vkAllocateCommandBuffers(dev_->dev, &cai, &s->cmd), "vkAllocateCommandBuffers");
+    VkFenceCreateInfo fci{};
+    fci.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
+    vk_check(vkCreateFence(dev_->dev, &fci, nullptr, &s->fence), "vkCreateFence");
+    s->errors = dev_->memory.create_host_buffer(64, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT);
+    s->ring.push_back(dev_->memory.create_host_buffer(kRingChunk, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT));
+  } catch (...) {
+    destroy_stream(*s);
+    throw;
+  }
+  streams_.push_back(std::move(s));
+  return streams_.back().get();
+}
+
+void Exec::destroy_stream(Stream& s) {
+  VkDevice d = dev_->dev;
+  for (auto p : s.desc_pools) vkDestroyDescriptorPool(d, p, nullptr);
+  s.desc_pools.clear();
+  for (auto& c : s.ring) dev_->memory.destroy_host_buffer(c);
+  s.ring.clear();
+  dev_->memory.destroy_host_buffer(s.errors);
+  if (s.fence) vkDestroyFence(d, s.fence, nullptr);
+  if (s.pool) vkDestroyCommandPool(d, s.pool, nullptr);
+  s.fence = VK_NULL_HANDLE;
+  s.pool = VK_NULL_HANDLE;
+  s.cmd = VK_NULL_HANDLE;
+  s.recording = false;
+}
+
+void Exec::reset_stream(Stream& s) {
+  for (auto p : s.desc_pools) vkResetDescriptorPool(dev_->dev, p, 0);
+  s.desc_pool_cur = 0;
+  s.ring_chunk = 0;
+  s.ring_used = 0;
+  auto* e = static_cast<uint32_t*>(s.errors.ptr);
+  e[0] = 0;
+  e[1] = 0xffffffffu;
+  s.op_names.clear();
+  for (uint64_t h : s.retired_scratch) dev_->memory.free(h);
+  s.retired_scratch.clear();
+  s.written.clear();
+  s.read.clear();
+  s.n_dispatches = 0;
+}
+
+void Exec::begin() {
+  const auto tid = std::this_thread::get_id();
+  Stream* s = nullptr;
+  if (auto it = active_.find(tid); it != active_.end()) {
+    s = it->second;
+    if (s->recording) {
+      // A run of this thread that was never synchronized: drop what it recorded.
+      vkEndCommandBuffer(s->cmd);
+      s->recording = false;
+    }
+  } else if (!idle_.empty()) {
+    s = idle_.back();
+    idle_.pop_back();
+  } else {
+    s = create_stream();
+  }
+  active_[tid] = s;
+  try {
+    vk_check(vkResetCommandPool(dev_->dev, s->pool, 0), "vkResetCommandPool");
+    reset_stream(*s);
+    VkCommandBufferBeginInfo bi{};
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    vk_check(vkBeginCommandBuffer(s->cmd, &bi), "vkBeginCommandBuffer");
+  } catch (...) {
+    active_.erase(tid);
+    idle_.push_back(s);
+    throw;
+  }
+  s->recording = true;
+  // Make writes of earlier submissions (other streams, transfers) visible.
+  VkMemoryBarrier mb{};
+  mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  vkCmdPipelineBarrier(s->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+}
+
+void Exec::ensure_begun() {
+  auto it = active_.find(std::this_thread::get_id());
+  if (it == active_.end() || !it->second->recording) begin();
+}
+
+Stream& Exec::current() {
+  ensure_begun();
+  return *active_.at(std::this_thread::get_id());
 }
 
 Binding Exec::scratch(uint64_t bytes) {
-  if (scratch_size_ < bytes) {
+  Stream& s = current();
+  if (s.scratch_size < bytes) {
     // Commands recorded in this run may still use the old one.
-    if (scratch_) retired_scratch_.push_back(scratch_);
+    if (s.scratch) s.retired_scratch.push_back(s.scratch);
     const uint64_t size = std::max<uint64_t>(bytes, 1 << 16);
-    scratch_ = dev_->memory.allocate(size).handle;
-    scratch_size_ = size;
+    s.scratch = dev_->memory.allocate(size).handle;
+    s.scratch_size = size;
   }
-  const Allocation& a = dev_->memory.get(scratch_);
+  const Allocation& a = dev_->memory.get(s.scratch);
   Binding b;
   b.buffer = dev_->memory.vk_buffer(a);
   b.offset = a.offset;
   b.range = bytes;
-  b.handle = scratch_;
+  b.handle = s.scratch;
   b.write = true;
   return b;
 }
 
-void Exec::destroy() {
-  if (!dev_) return;
-  VkDevice d = dev_->dev;
-  for (auto p : desc_pools_) vkDestroyDescriptorPool(d, p, nullptr);
-  desc_pools_.clear();
-  for (auto& c : ring_) dev_->memory.destroy_host_buffer(c.buf);
-  ring_.clear();
-  dev_->memory.destroy_host_buffer(errors_);
-  if (fence_) vkDestroyFence(d, fence_, nullptr);
-  if (pool_) vkDestroyCommandPool(d, pool_, nullptr);
-  fence_ = VK_NULL_HANDLE;
-  pool_ = VK_NULL_HANDLE;
-  cmd_ = VK_NULL_HANDLE;
-  recording_ = false;
-  dev_ = nullptr;
-}
-
-void Exec::reset_recording_state() {
-  for (auto p : desc_pools_) vkResetDescriptorPool(dev_->dev, p, 0);
-  desc_pool_cur_ = 0;
-  ring_chunk_ = 0;
-  ring_used_ = 0;
-  auto* e = static_cast<uint32_t*>(errors_.ptr);
-  e[0] = 0;
-  e[1] = 0xffffffffu;
-  op_names_.clear();
-  for (uint64_t h : retired_scratch_) dev_->memory.free(h);
-  retired_scratch_.clear();
-  written_.clear();
-  read_.clear();
-  n_dispatches_ = 0;
-}
-
-void Exec::begin() {
-  if (recording_) {
-    // A run that was never synchronized: drop what it recorded.
-    vkEndCommandBuffer(cmd_);
-    recording_ = false;
-  }
-  vk_check(vkResetCommandPool(dev_->dev, pool_, 0), "vkResetCommandPool");
-  reset_recording_state();
-  VkCommandBufferBeginInfo bi{};
-  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  vk_check(vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
-  recording_ = true;
-}
-
-VkDescriptorSet Exec::allocate_set(VkDescriptorSetLayout layout) {
+VkDescriptorSet Exec::allocate_set(Stream& s, VkDescriptorSetLayout layout) {
   for (;;) {
-    if (desc_pool_cur_ == desc_pools_.size()) {
+    if (s.desc_pool_cur == s.desc_pools.size()) {
       VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * kMaxBindings};
       VkDescriptorPoolCreateInfo ci{};
       ci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
@@ -109,40 +160,40 @@ VkDescriptorSet Exec::allocate_set(VkDescriptorSetLayout layout) {
       ci.pPoolSizes = &size;
       VkDescriptorPool p = VK_NULL_HANDLE;
       vk_check(vkCreateDescriptorPool(dev_->dev, &ci, nullptr, &p), "vkCreateDescriptorPool");
-      desc_pools_.push_back(p);
+      s.desc_pools.push_back(p);
     }
     VkDescriptorSetAllocateInfo ai{};
     ai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
-    ai.descriptorPool = desc_pools_[desc_pool_cur_];
+    ai.descriptorPool = s.desc_pools[s.desc_pool_cur];
     ai.descriptorSetCount = 1;
     ai.pSetLayouts = &layout;
     VkDescriptorSet set = VK_NULL_HANDLE;
     VkResult r = vkAllocateDescriptorSets(dev_->dev, &ai, &set);
     if (r == VK_SUCCESS) return set;
     if (r != VK_ERROR_OUT_OF_POOL_MEMORY && r != VK_ERROR_FRAGMENTED_POOL) vk_check(r, "vkAllocateDescriptorSets");
-    ++desc_pool_cur_;
+    ++s.desc_pool_cur;
   }
 }
 
-std::pair<size_t, uint32_t> Exec::ring_put(std::span<const int32_t> args) {
+std::pair<size_t, uint32_t> Exec::ring_put(Stream& s, std::span<const int32_t> args) {
   const uint64_t bytes = std::max<uint64_t>(args.size_bytes(), 4);
-  if (ring_used_ + bytes > ring_[ring_chunk_].buf.size) {
-    ++ring_chunk_;
-    ring_used_ = 0;
-    if (ring_chunk_ == ring_.size() || ring_[ring_chunk_].buf.size < bytes)
-      ring_.insert(ring_.begin() + static_cast<ptrdiff_t>(ring_chunk_),
-                   {dev_->memory.create_host_buffer(std::max(kRingChunk, bytes), VK_BUFFER_USAGE_STORAGE_BUFFER_BIT)});
+  if (s.ring_used + bytes > s.ring[s.ring_chunk].size) {
+    ++s.ring_chunk;
+    s.ring_used = 0;
+    if (s.ring_chunk == s.ring.size() || s.ring[s.ring_chunk].size < bytes)
+      s.ring.insert(s.ring.begin() + static_cast<ptrdiff_t>(s.ring_chunk),
+                    dev_->memory.create_host_buffer(std::max(kRingChunk, bytes), VK_BUFFER_USAGE_STORAGE_BUFFER_BIT));
   }
-  auto* base = static_cast<uint8_t*>(ring_[ring_chunk_].buf.ptr) + ring_used_;
+  auto* base = static_cast<uint8_t*>(s.ring[s.ring_chunk].ptr) + s.ring_used;
   if (!args.empty()) std::memcpy(base, args.data(), args.size_bytes());
-  const auto word = static_cast<uint32_t>(ring_used_ / 4);
-  ring_used_ += bytes;
-  return {ring_chunk_, word};
+  const auto word = static_cast<uint32_t>(s.ring_used / 4);
+  s.ring_used += bytes;
+  return {s.ring_chunk, word};
 }
 
 void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
                     uint32_t extra, uint64_t groups, const char* op) {
-  ensure_begun();
+  Stream& s = current();
   check(operands.size() + 2 == p.n_bindings, BP_ERR_INTERNAL, "vulkan: operand count mismatch");
   if (groups == 0) return;
 
@@ -151,31 +202,33 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
   bool barrier = false;
   for (const auto& b : operands) {
     if (!b.handle) continue;
-    if (written_.count(b.handle) || (b.write && read_.count(b.handle))) barrier = true;
+    if (s.written.count(b.handle) || (b.write && s.read.count(b.handle))) barrier = true;
   }
   if (barrier) {
     VkMemoryBarrier mb{};
     mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
     mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT;
     mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-    vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb,
+    vkCmdPipelineBarrier(s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb,
                          0, nullptr, 0, nullptr);
-    written_.clear();
-    read_.clear();
+    s.written.clear();
+    s.read.clear();
   }
   for (const auto& b : operands) {
     if (!b.handle) continue;
-    (b.write ? written_ : read_).insert(b.handle);
+    (b.write ? s.written : s.read).insert(b.handle);
   }
 
-  const auto [chunk, word] = ring_put(args);
-  VkDescriptorSet set = allocate_set(p.set_layout);
-  std::vector<VkDescriptorBufferInfo> infos(p.n_bindings);
-  infos[0] = {ring_[chunk].buf.buffer, 0, ring_[chunk].buf.size};
-  infos[1] = {errors_.buffer, 0, 8};
+  const auto [chunk, word] = ring_put(s, args);
+  VkDescriptorSet set = allocate_set(s, p.set_layout);
+  VkDescriptorBufferInfo infos[kMaxBindings];
+  VkWriteDescriptorSet writes[kMaxBindings];
+  check(p.n_bindings <= kMaxBindings, BP_ERR_INTERNAL, "vulkan: too many bindings");
+  infos[0] = {s.ring[chunk].buffer, 0, s.ring[chunk].size};
+  infos[1] = {s.errors.buffer, 0, 8};
   for (size_t i = 0; i < operands.size(); ++i) infos[i + 2] = {operands[i].buffer, operands[i].offset, operands[i].range};
-  std::vector<VkWriteDescriptorSet> writes(p.n_bindings);
   for (uint32_t i = 0; i < p.n_bindings; ++i) {
+    writes[i] = VkWriteDescriptorSet{};
     writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
     writes[i].dstSet = set;
     writes[i].dstBinding = i;
@@ -183,12 +236,12 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
     writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     writes[i].pBufferInfo = &infos[i];
   }
-  vkUpdateDescriptorSets(dev_->dev, p.n_bindings, writes.data(), 0, nullptr);
+  vkUpdateDescriptorSets(dev_->dev, p.n_bindings, writes, 0, nullptr);
 
-  vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
-  vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
-  PushConstants pc{word, n, n_dispatches_, extra};
-  vkCmdPushConstants(cmd_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
+  vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+  vkCmdBindDescriptorSets(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
+  PushConstants pc{word, n, s.n_dispatches, extra};
+  vkCmdPushConstants(s.cmd, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
 
   // Fold the grid so every dimension stays within maxComputeWorkGroupCount.
   const auto* mx = dev_->props.limits.maxComputeWorkGroupCount;
@@ -202,28 +255,58 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
       check(gz <= mx[2], BP_ERR_INVALID_ARGUMENT, std::string("vulkan: ") + op + ": grid too large");
     }
   }
-  vkCmdDispatch(cmd_, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), static_cast<uint32_t>(gz));
-  op_names_.push_back(op);
-  ++n_dispatches_;
+  vkCmdDispatch(s.cmd, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), static_cast<uint32_t>(gz));
+  s.op_names.push_back(op);
+  ++s.n_dispatches;
 }
 
 void Exec::synchronize() {
-  if (!recording_) return;
-  recording_ = false;
-  vk_check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
-  if (n_dispatches_ == 0) return;
+  std::unique_lock<std::mutex> lock(dev_->mu);
+  const auto tid = std::this_thread::get_id();
+  auto it = active_.find(tid);
+  if (it == active_.end()) return;
+  Stream& s = *it->second;
+  // The stream goes back to the idle list however this ends.
+  struct Release {
+    Exec* e;
+    std::thread::id tid;
+    Stream* s;
+    ~Release() {
+      e->active_.erase(tid);
+      e->idle_.push_back(s);
+    }
+  };
+  if (!s.recording) {
+    Release r{this, tid, &s};
+    return;
+  }
+  s.recording = false;
+  VkResult r = vkEndCommandBuffer(s.cmd);
+  if (r != VK_SUCCESS || s.n_dispatches == 0) {
+    Release rel{this, tid, &s};
+    vk_check(r, "vkEndCommandBuffer");
+    return;
+  }
   VkSubmitInfo si{};
   si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
   si.commandBufferCount = 1;
-  si.pCommandBuffers = &cmd_;
-  vk_check(vkQueueSubmit(dev_->queue, 1, &si, fence_), "vkQueueSubmit");
-  VkResult r = vkWaitForFences(dev_->dev, 1, &fence_, VK_TRUE, UINT64_MAX);
-  vkResetFences(dev_->dev, 1, &fence_);
+  si.pCommandBuffers = &s.cmd;
+  r = vkQueueSubmit(dev_->queue, 1, &si, s.fence);
+  if (r != VK_SUCCESS) {
+    Release rel{this, tid, &s};
+    vk_check(r, "vkQueueSubmit");
+  }
+  // Wait without the device lock so other threads keep recording.
+  lock.unlock();
+  r = vkWaitForFences(dev_->dev, 1, &s.fence, VK_TRUE, UINT64_MAX);
+  lock.lock();
+  Release rel{this, tid, &s};
+  vkResetFences(dev_->dev, 1, &s.fence);
   vk_check(r, "vkWaitForFences");
-  const auto* e = static_cast<const uint32_t*>(errors_.ptr);
+  const auto* e = static_cast<const uint32_t*>(s.errors.ptr);
   const uint32_t flags = e[0], first = e[1];
   if (flags) {
-    const char* op = first < op_names_.size() ? op_names_[first] : "kernel";
+    const char* op = first < s.op_names.size() ? s.op_names[first] : "kernel";
     std::string what;
     if (flags & kErrIndex) what = "index out of range";
     else if (flags & kErrDivZero) what = "integer division by zero";

@@ -1,13 +1,22 @@
-// Recording and submission. begin() starts one command buffer; each kernel
-// records dispatches into it; synchronize() submits once, waits on a fence and
-// turns the device error words into a bp_error.
+// Recording and submission. Each calling thread records into its own stream
+// (the host runs several plans on one device from several threads at once):
+// begin() takes a stream for the thread and starts its command buffer; each
+// kernel records dispatches into it; synchronize() submits once, waits on the
+// stream's fence and turns the device error words into a bp_error.
+//
+// Locking: every entry point runs under Device::mu except the fence wait in
+// synchronize(), so threads record concurrently-safe and wait in parallel.
 #pragma once
 
 #include "memory.hpp"
 #include "pipelines.hpp"
 
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -27,54 +36,58 @@ struct Binding {
   bool write = false;
 };
 
+// What one run records into: a command buffer and everything per run.
+struct Stream {
+  VkCommandPool pool = VK_NULL_HANDLE;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+  bool recording = false;
+  uint32_t n_dispatches = 0;
+  std::vector<VkDescriptorPool> desc_pools;
+  size_t desc_pool_cur = 0;
+  std::vector<HostBuffer> ring;  // argument ring chunks
+  size_t ring_chunk = 0;
+  uint64_t ring_used = 0;        // bytes used in the current chunk
+  HostBuffer errors;             // {flags, first dispatch id}
+  std::vector<const char*> op_names;
+  std::unordered_set<uint64_t> written, read;  // since the last barrier
+  uint64_t scratch = 0, scratch_size = 0;      // bp buffer handle
+  std::vector<uint64_t> retired_scratch;       // freed at the next begin()
+};
+
 class Exec {
  public:
   void init(Device* dev);
   void destroy();
 
+  // All of these act on the calling thread's stream; the caller holds
+  // Device::mu.
   void begin();
-  void ensure_begun() {
-    if (!recording_) begin();
-  }
+  void ensure_begun();
   // Records one dispatch of `groups` workgroups (folded into a 2-D/3-D grid
   // as the device limits require). args: the dispatch's argument block.
   void dispatch(const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
                 uint32_t extra, uint64_t groups, const char* op);
-  // Submits, waits and reports. Returns normally when there was nothing to do.
-  void synchronize();
-  uint32_t dispatches() const { return n_dispatches_; }
   // A device buffer of at least `bytes` for intermediate results, valid until
-  // the next begin() (split reductions).
+  // the stream's next begin() (split reductions).
   Binding scratch(uint64_t bytes);
 
+  // Submits the calling thread's run, waits and reports. Takes Device::mu
+  // itself (the caller must not hold it).
+  void synchronize();
+
  private:
-  struct RingChunk {
-    HostBuffer buf;
-  };
-  void reset_recording_state();
-  VkDescriptorSet allocate_set(VkDescriptorSetLayout layout);
-  std::pair<size_t, uint32_t> ring_put(std::span<const int32_t> args);
+  Stream& current();
+  Stream* create_stream();
+  void destroy_stream(Stream& s);
+  void reset_stream(Stream& s);
+  VkDescriptorSet allocate_set(Stream& s, VkDescriptorSetLayout layout);
+  std::pair<size_t, uint32_t> ring_put(Stream& s, std::span<const int32_t> args);
 
   Device* dev_ = nullptr;
-  VkCommandPool pool_ = VK_NULL_HANDLE;
-  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
-  VkFence fence_ = VK_NULL_HANDLE;
-  bool recording_ = false;
-  uint32_t n_dispatches_ = 0;
-
-  std::vector<VkDescriptorPool> desc_pools_;
-  size_t desc_pool_cur_ = 0;
-
-  std::vector<RingChunk> ring_;
-  size_t ring_chunk_ = 0;
-  uint64_t ring_used_ = 0;  // bytes used in the current chunk
-
-  HostBuffer errors_;  // {flags, first dispatch id}
-  std::vector<const char*> op_names_;
-
-  std::unordered_set<uint64_t> written_, read_;  // since the last barrier
-  uint64_t scratch_ = 0, scratch_size_ = 0;       // bp buffer handle
-  std::vector<uint64_t> retired_scratch_;         // freed at the next begin()
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::vector<Stream*> idle_;
+  std::unordered_map<std::thread::id, Stream*> active_;
 };
 
 }  // namespace bpvk

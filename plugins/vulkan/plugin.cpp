@@ -109,8 +109,7 @@ bp_error* api_begin(bp_device* device) {
 bp_error* api_synchronize(bp_device* device) {
   return sdk::guard([&] {
     Device& d = Device::from(device);
-    std::lock_guard<std::mutex> lock(d.mu);
-    d.exec.synchronize();
+    d.exec.synchronize();  // takes d.mu itself, and not while waiting
   });
 }
 
