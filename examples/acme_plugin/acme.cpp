@@ -1,0 +1,176 @@
+// ACME's Backplane plugin: written against the SDK alone. One device
+// ("acme0") whose memory is host memory; a few f32 kernels that walk any
+// strides; and a vendor op, acme.swiglu, with its own shape inference:
+//   x [..., 2H] -> y [..., H],  y = silu(x[..., :H]) * x[..., H:]
+#include <backplane/abi.h>
+#include <backplane/sdk/plugin.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace sdk = backplane::sdk;
+
+namespace {
+
+const bp_host_api* g_host = nullptr;
+int g_device_tag = 0;  // the device handle points here
+
+template <typename F> bp_error* binary(const bp_storage* in, const bp_storage* out, const bp_layout* l, F f) {
+  return sdk::guard([&] {
+    const auto* a = static_cast<const float*>(in[0].data);
+    const auto* b = static_cast<const float*>(in[1].data);
+    auto* o = static_cast<float*>(out[0].data);
+    sdk::StridedWalker<2> walk(l[2].rank, l[2].shape, {&l[0], &l[1]});
+    int64_t n = walk.numel();
+#ifdef ACME_BROKEN
+    n = n > 0 ? n - 1 : 0;  // the deliberate bug: the last element is never written
+#endif
+    sdk::parallel_for(g_host, n, 1 << 15, [&](int64_t begin, int64_t end) {
+      int64_t i = begin;
+      walk.run(begin, end, [&](const int64_t* off, int64_t count, const int64_t* st) {
+        for (int64_t k = 0; k < count; ++k) o[i++] = f(a[off[0] + k * st[0]], b[off[1] + k * st[1]]);
+      });
+    });
+  });
+}
+
+template <typename F> bp_error* unary(const bp_storage* in, const bp_storage* out, const bp_layout* l, F f) {
+  return sdk::guard([&] {
+    const auto* x = static_cast<const float*>(in[0].data);
+    auto* o = static_cast<float*>(out[0].data);
+    sdk::StridedWalker<1> walk(l[1].rank, l[1].shape, {&l[0]});
+    int64_t i = 0;
+    walk.run_all([&](const int64_t* off, int64_t count, const int64_t* st) {
+      for (int64_t k = 0; k < count; ++k) o[i++] = f(x[off[0] + k * st[0]]);
+    });
+  });
+}
+
+bp_error* k_add(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
+                const bp_layout* l, const bp_op_params*) {
+  return binary(in, out, l, [](float a, float b) { return a + b; });
+}
+bp_error* k_mul(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
+                const bp_layout* l, const bp_op_params*) {
+  return binary(in, out, l, [](float a, float b) { return a * b; });
+}
+bp_error* k_relu(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
+                 const bp_layout* l, const bp_op_params*) {
+  return unary(in, out, l, [](float x) { return std::isnan(x) ? x : (x > 0 ? x : 0.0f); });
+}
+bp_error* k_copy(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
+                 const bp_layout* l, const bp_op_params*) {
+  return unary(in, out, l, [](float x) { return x; });
+}
+
+bp_error* k_swiglu(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
+                   const bp_layout* l, const bp_op_params*) {
+  return sdk::guard([&] {
+    const auto* x = static_cast<const float*>(in[0].data);  // contiguous (declared so)
+    auto* y = static_cast<float*>(out[0].data);
+    const int64_t h = l[1].rank ? l[1].shape[l[1].rank - 1] : 1;
+    const int64_t rows = h ? sdk::numel(l[1]) / h : 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < h; ++j) {
+        const float g = x[r * 2 * h + j], u = x[r * 2 * h + h + j];
+        y[r * h + j] = g / (1.0f + std::exp(-g)) * u;
+      }
+  });
+}
+
+bp_error* infer_custom_op(bp_string op, const bp_dtype* dtypes, const bp_layout* in, size_t n, const bp_op_params*,
+                          bp_dtype* out_dtype, bp_layout* out_layout) {
+  return sdk::guard([&] {
+    sdk::check(sdk::to_sv(op) == "acme.swiglu", BP_ERR_INVALID_ARGUMENT, "acme: unknown vendor op " + std::string(sdk::to_sv(op)));
+    sdk::check(n == 1, BP_ERR_INVALID_ARGUMENT, "acme.swiglu takes 1 input");
+    sdk::check(in[0].rank >= 1 && in[0].shape[in[0].rank - 1] % 2 == 0, BP_ERR_INVALID_ARGUMENT,
+               "acme.swiglu: the last dim must be even");
+    *out_dtype = dtypes[0];
+    *out_layout = in[0];
+    out_layout->shape[in[0].rank - 1] /= 2;
+  });
+}
+
+const sdk::KernelTable& kernels() {
+  static const sdk::KernelTable table = [] {
+    sdk::KernelTable t;
+    const bp_dtype f = BP_DTYPE_F32;
+    t.add("add", {f, f, f}, {BP_LAYOUT_STRIDED, BP_LAYOUT_STRIDED}, k_add);
+    t.add("mul", {f, f, f}, {BP_LAYOUT_STRIDED, BP_LAYOUT_STRIDED}, k_mul);
+    t.add("relu", {f, f}, {BP_LAYOUT_STRIDED}, k_relu);
+    t.add("contiguous", {f, f}, {BP_LAYOUT_STRIDED}, k_copy);
+    t.add("acme.swiglu", {f, f}, {BP_LAYOUT_CONTIGUOUS}, k_swiglu);
+    return t;
+  }();
+  return table;
+}
+
+bp_error* initialize(const bp_host_api* host) {
+  g_host = host;
+  return nullptr;
+}
+void shutdown() { g_host = nullptr; }
+uint32_t device_count() { return 1; }
+bp_error* device_get(uint32_t i, bp_device** out) {
+  if (i != 0) return sdk::make_error(BP_ERR_OUT_OF_RANGE, "acme: no device " + std::to_string(i));
+  *out = reinterpret_cast<bp_device*>(&g_device_tag);
+  return nullptr;
+}
+bp_error* device_info(bp_device*, bp_device_info* info) {
+  info->name = sdk::to_bp("acme0");
+  info->kind = sdk::to_bp("accelerator");
+  info->description = sdk::to_bp("ACME example accelerator (host memory)");
+  info->memory_kind = BP_MEMORY_HOST;
+  info->buffer_alignment = 64;
+  return nullptr;
+}
+bp_error* buffer_allocate(bp_device*, uint64_t size, bp_buffer* out) {
+  void* p = std::aligned_alloc(64, (size + 63) / 64 * 64);
+  if (!p) return sdk::make_error(BP_ERR_OUT_OF_MEMORY, "acme: out of memory");
+  out->handle = reinterpret_cast<uint64_t>(p);
+  out->host_ptr = p;
+  out->size = size;
+  return nullptr;
+}
+void buffer_free(bp_device*, uint64_t h) { std::free(reinterpret_cast<void*>(h)); }
+bp_error* buffer_write(bp_device*, uint64_t h, uint64_t off, const void* src, uint64_t n) {
+  std::memcpy(reinterpret_cast<char*>(h) + off, src, n);
+  return nullptr;
+}
+bp_error* buffer_read(bp_device*, uint64_t h, uint64_t off, void* dst, uint64_t n) {
+  std::memcpy(dst, reinterpret_cast<const char*>(h) + off, n);
+  return nullptr;
+}
+
+bp_plugin_api make_api() {
+  bp_plugin_api a{};
+  a.struct_size = sizeof a;
+  a.abi_major = BP_ABI_VERSION_MAJOR;
+  a.abi_minor = BP_ABI_VERSION_MINOR;
+  a.name = sdk::to_bp("acme");
+  a.version = sdk::to_bp("1.0.0");
+  a.kernels = kernels().data();
+  a.n_kernels = kernels().size();
+  a.error_code = sdk::error_code;
+  a.error_message = sdk::error_message;
+  a.error_destroy = sdk::error_destroy;
+  a.initialize = initialize;
+  a.shutdown = shutdown;
+  a.device_count = device_count;
+  a.device_get = device_get;
+  a.device_info = device_info;
+  a.buffer_allocate = buffer_allocate;
+  a.buffer_free = buffer_free;
+  a.buffer_write = buffer_write;
+  a.buffer_read = buffer_read;
+  a.infer_custom_op = infer_custom_op;
+  return a;
+}
+
+}  // namespace
+
+extern "C" BP_EXPORT bp_status_code backplane_plugin_entry(const bp_plugin_query* query, const bp_plugin_api** out) {
+  static const bp_plugin_api api = make_api();
+  return sdk::negotiate(query, &api, out);
+}

@@ -1,0 +1,74 @@
+// The skeleton of a Backplane plugin. Every entry answers "unimplemented":
+// replace them one by one, keeping the manifest (skeleton.json) equal to the
+// kernel table (`backplane manifest <lib> --check skeleton.json` tells).
+#include <backplane/abi.h>
+#include <backplane/sdk/plugin.hpp>
+
+namespace sdk = backplane::sdk;
+
+namespace {
+
+bp_error* unimplemented(const char* what) {
+  return sdk::make_error(BP_ERR_UNIMPLEMENTED, std::string("skeleton: ") + what + " is not implemented yet");
+}
+
+// A kernel: read inputs through layouts[0..n_inputs), write every element of
+// the outputs (layouts after the inputs). Wrap the body in sdk::guard so no
+// exception crosses the boundary.
+bp_error* add_f32(const bp_kernel_context*, const bp_storage*, size_t, const bp_storage*, size_t, const bp_layout*,
+                  const bp_op_params*) {
+  return unimplemented("add(f32, f32) -> f32");
+}
+
+const sdk::KernelTable& kernels() {
+  static const sdk::KernelTable table = [] {
+    sdk::KernelTable t;
+    t.add("add", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}, {BP_LAYOUT_STRIDED, BP_LAYOUT_STRIDED}, add_f32);
+    return t;
+  }();
+  return table;
+}
+
+// Heavy set-up goes here (device handles, pools), not in the entry symbol.
+bp_error* initialize(const bp_host_api*) { return nullptr; }
+void shutdown() {}
+// Report zero devices until device discovery is written.
+uint32_t device_count() { return 0; }
+bp_error* device_get(uint32_t, bp_device**) { return unimplemented("device_get"); }
+bp_error* device_info(bp_device*, bp_device_info*) { return unimplemented("device_info"); }
+bp_error* buffer_allocate(bp_device*, uint64_t, bp_buffer*) { return unimplemented("buffer_allocate"); }
+void buffer_free(bp_device*, uint64_t) {}
+bp_error* buffer_write(bp_device*, uint64_t, uint64_t, const void*, uint64_t) { return unimplemented("buffer_write"); }
+bp_error* buffer_read(bp_device*, uint64_t, uint64_t, void*, uint64_t) { return unimplemented("buffer_read"); }
+
+bp_plugin_api make_api() {
+  bp_plugin_api a{};
+  a.struct_size = sizeof a;
+  a.abi_major = BP_ABI_VERSION_MAJOR;
+  a.abi_minor = BP_ABI_VERSION_MINOR;
+  a.name = sdk::to_bp("skeleton");  // must equal the manifest's name and version
+  a.version = sdk::to_bp("0.0.1");
+  a.kernels = kernels().data();
+  a.n_kernels = kernels().size();
+  a.error_code = sdk::error_code;
+  a.error_message = sdk::error_message;
+  a.error_destroy = sdk::error_destroy;
+  a.initialize = initialize;
+  a.shutdown = shutdown;
+  a.device_count = device_count;
+  a.device_get = device_get;
+  a.device_info = device_info;
+  a.buffer_allocate = buffer_allocate;
+  a.buffer_free = buffer_free;
+  a.buffer_write = buffer_write;
+  a.buffer_read = buffer_read;
+  return a;
+}
+
+}  // namespace
+
+// The one exported symbol: cheap and pure, it only picks the ABI version.
+extern "C" BP_EXPORT bp_status_code backplane_plugin_entry(const bp_plugin_query* query, const bp_plugin_api** out) {
+  static const bp_plugin_api api = make_api();
+  return sdk::negotiate(query, &api, out);
+}
