@@ -1,4 +1,4 @@
-// matmul and conv2d on one packed GEMM.
+// matmul and conv2d (float dtypes, as OPS.md) on one packed GEMM.
 //
 // The GEMM follows the BLIS layout: B is packed into KC x NR micro-panels,
 // A into MR x KC micro-panels, and an MR x NR register tile accumulates
@@ -31,6 +31,13 @@ template <class P, int W, int MR, int NV>
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) acc[i][j] = V{};
+  // The C tile is read (or written) only after kc steps: fetch it now so
+  // the misses overlap the arithmetic instead of stalling at the end.
+  for (int64_t i = 0; i < mr; ++i) {
+    __builtin_prefetch(c + i * ldc, 1, 3);
+    __builtin_prefetch(c + i * ldc + NR - 1, 1, 3);
+  }
+#pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
     V bv[NV];
 #pragma GCC unroll 8
@@ -149,16 +156,39 @@ void pack_a_panel(const S* a, int64_t rsa, int64_t csa, int64_t rows, int64_t kc
     for (int64_t r = 0; r < mr; ++r) dst[k * mr + r] = r < rows ? to_p<S, P>(a[r * rsa + k * csa]) : P(0);
 }
 
-// NR-column panels of B[kc x n] (zero columns past n).
+// NR-column panels p0..p1 of B[kc x n] (zero columns past n). Rows of a
+// row-major B are read whole, in order, across the panels: reading one
+// panel at a time would touch one cache line per row, a page apart.
 template <class S, class P>
-void pack_b_panel(const S* b, int64_t rsb, int64_t csb, int64_t cols, int64_t kc, int64_t nr, P* dst) {
-  if (csb == 1 && cols == nr) {
-    for (int64_t k = 0; k < kc; ++k)
-      for (int64_t j = 0; j < nr; ++j) dst[k * nr + j] = to_p<S, P>(b[k * rsb + j]);
+void pack_b_panels(const S* b, int64_t rsb, int64_t csb, int64_t n, int64_t kc, int64_t nr, int64_t p0, int64_t p1, P* bp) {
+  if (csb == 1) {
+    for (int64_t k = 0; k < kc; ++k) {
+      const S* src = b + k * rsb;
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t cols = std::min(nr, n - p * nr);
+        P* dst = bp + p * nr * kc + k * nr;
+        const S* s = src + p * nr;
+        if (cols == nr) {
+          for (int64_t j = 0; j < nr; ++j) dst[j] = to_p<S, P>(s[j]);
+        } else {
+          for (int64_t j = 0; j < nr; ++j) dst[j] = j < cols ? to_p<S, P>(s[j]) : P(0);
+        }
+      }
+    }
     return;
   }
-  for (int64_t k = 0; k < kc; ++k)
-    for (int64_t j = 0; j < nr; ++j) dst[k * nr + j] = j < cols ? to_p<S, P>(b[k * rsb + j * csb]) : P(0);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t cols = std::min(nr, n - p * nr);
+    P* dst = bp + p * nr * kc;
+    for (int64_t j = 0; j < nr; ++j) {
+      if (j >= cols) {
+        for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = P(0);
+        continue;
+      }
+      const S* src = b + (p * nr + j) * csb;
+      for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = to_p<S, P>(src[k * rsb]);
+    }
+  }
 }
 
 // C[M x N] (dense rows, ldc) = A[M x K] * B[K x N], any element strides.
@@ -192,8 +222,7 @@ void gemm(const Call& c, int64_t M, int64_t N, int64_t K, const S* a, int64_t rs
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
       pfor(c, nb, serial ? big : std::max<int64_t>(1, 8192 / (kc * NR)), [&](int64_t b0, int64_t b1) {
-        for (int64_t p = b0; p < b1; ++p)
-          pack_b_panel<S, P>(b + pc * rsb + (jc + p * NR) * csb, rsb, csb, std::min(NR, nc - p * NR), kc, NR, bp + p * NR * kc);
+        pack_b_panels<S, P>(b + pc * rsb + jc * csb, rsb, csb, nc, kc, NR, b0, b1, bp);
       });
       for (int64_t ic0 = 0; ic0 < M; ic0 += MCHUNK) {
         const int64_t mch = std::min(MCHUNK, M - ic0);
@@ -215,26 +244,6 @@ void gemm(const Call& c, int64_t M, int64_t N, int64_t K, const S* a, int64_t rs
         });
       }
     }
-  }
-}
-
-// Exact wrapping integer product, row by row.
-template <class T>
-void gemm_int(int64_t M, int64_t N, int64_t K, const T* a, int64_t rsa, int64_t csa, const T* b, int64_t rsb, int64_t csb, T* C,
-              int64_t ldc, std::vector<wide_u<T>>& acc) {
-  using U = wide_u<T>;
-  acc.resize(static_cast<size_t>(N));
-  for (int64_t i = 0; i < M; ++i) {
-    std::fill(acc.begin(), acc.end(), U(0));
-    for (int64_t k = 0; k < K; ++k) {
-      const U av = static_cast<U>(a[i * rsa + k * csa]);
-      const T* brow = b + k * rsb;
-      if (csb == 1)
-        for (int64_t j = 0; j < N; ++j) acc[j] += av * static_cast<U>(brow[j]);
-      else
-        for (int64_t j = 0; j < N; ++j) acc[j] += av * static_cast<U>(brow[j * csb]);
-    }
-    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = static_cast<T>(acc[j]);
   }
 }
 
@@ -275,12 +284,9 @@ template <bp_dtype D> struct MatmulK {
     const int64_t grain = flops < 2e6 ? std::max<int64_t>(1, static_cast<int64_t>(2e6 / std::max(flops, 1.0))) : batches;
     pfor(c, batches, grain, [&](int64_t b0, int64_t b1) {
       std::vector<float> tmp;
-      std::vector<wide_u<T>> iacc;
       for (int64_t i = b0; i < b1; ++i) {
         const auto& o = offs[static_cast<size_t>(i)];
-        if constexpr (std::is_integral_v<T>) {
-          gemm_int<T>(M, N, K, a + o[0], rsa, csa, b + o[1], rsb, csb, y + o[2], N, iacc);
-        } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
           gemm<T, T>(c, M, N, K, a + o[0], rsa, csa, b + o[1], rsb, csb, y + o[2], N);
         } else {
           tmp.resize(static_cast<size_t>(M * N));
@@ -386,7 +392,7 @@ template <bp_dtype D> struct Conv2dK {
 void register_linalg(sdk::KernelTable& t) {
   const auto k21 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d, d}; };
   const auto k31 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d, d, d}; };
-  add_rows<MatmulK, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "matmul", k21, {kStrided, kStrided});
+  add_rows<MatmulK, BP_CPU_FLOAT_DTYPES>(t, "matmul", k21, {kStrided, kStrided});
   add_rows<Conv2dK, BP_CPU_FLOAT_DTYPES>(t, "conv2d", k31, {kStrided, kStrided, kStrided});
 }
 
