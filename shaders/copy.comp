@@ -26,6 +26,29 @@ float d2f_odd(double d) {
 }
 #endif
 
+#if !defined(IN_FLOAT) && (OUT_DT == DT_F16 || OUT_DT == DT_BF16)
+// integer -> float rounded to odd, so that the rounding to f16/bf16 is the
+// only one (a plain int -> f32 -> bf16 may round twice above 2^24).
+#ifdef IN_LC
+float i2f_odd(int64_t x) {
+  uint64_t a = x < 0 ? uint64_t(-x) : uint64_t(x);
+  float f = float(a);
+  uint64_t back = uint64_t(f);
+#else
+float i2f_odd(int x) {
+  uint a = x < 0 ? uint(-x) : uint(x);
+  float f = float(a);
+  uint back = uint(f);
+#endif
+  if (back != a) {
+    uint u = floatBitsToUint(f);
+    if (back > a) u -= 1u;
+    f = uintBitsToFloat(u | 1u);
+  }
+  return x < 0 ? -f : f;
+}
+#endif
+
 OT convert(IT x) {
 #if OUT_DT == DT_BOOL
   return (x == IT(0)) ? 0 : 1;
@@ -56,6 +79,8 @@ OT convert(IT x) {
     return OT(0);
   }
   return OT(t);
+#elif OUT_DT == DT_F16 || OUT_DT == DT_BF16
+  return i2f_odd(x);
 #else
   // integer -> float or integer (wraps).
   return OT(x);
