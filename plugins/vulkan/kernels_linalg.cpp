@@ -1,5 +1,5 @@
-// matmul (strided A and B, tiled in shared memory) and conv2d (direct, on
-// dense NCHW input and OIHW weights).
+// matmul (strided A and B, tiled in shared memory) and conv2d (an implicit
+// GEMM per group on dense NCHW input and OIHW weights, same tiling).
 #include "kernels.hpp"
 
 namespace bpvk {
@@ -73,10 +73,12 @@ void conv2d_impl(Call& c) {
   a.i32(b.offset);
   a.i32(o.offset);
   a.i32(has_bias ? 1 : 0);
-  check(total < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, "conv2d: more than 2^31 outputs");
+  check(total < (int64_t{1} << 31) && C / cp.groups * KH * KW < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
+        "conv2d: more than 2^31 outputs or reduction terms");
+  const uint64_t groups = ceil_div(N * OH * OW, 64) * ceil_div(O / cp.groups, 64) * static_cast<uint64_t>(cp.groups);
   const Pipeline& p = c.dev.pipelines.get(shader("conv2d", d), {}, 4);
   const Binding bs[] = {x.binding, w.binding, b.binding, o.binding};
-  c.dev.exec.dispatch(p, bs, a.w, static_cast<uint32_t>(total), 0, ceil_div(total, 256), c.op());
+  c.dev.exec.dispatch(p, bs, a.w, static_cast<uint32_t>(total), 0, groups, c.op());
 }
 
 }  // namespace
