@@ -240,6 +240,55 @@ TEST_CASE("every op of the reference has registered cases", "[ops][conformance]"
   }
 }
 
+TEST_CASE("the suite catches a flawed plugin", "[ops][conformance][selftest]") {
+#ifndef BACKPLANE_CONFORMANCE_FLAWED_DIR
+  WARN("the flawed self-test plugin is not built; skipped");
+#else
+  backplane::RuntimeOptions ro;
+  ro.plugin_paths = {BACKPLANE_CONFORMANCE_FLAWED_DIR};
+  ro.use_default_path = false;
+  ro.use_environment = false;
+  auto rt = backplane::Runtime::create(ro);
+  Device& dev = rt->device("flawed0");
+  bc::Options o;
+  o.large = false;
+  o.concurrency = false;
+  const bc::Report rep = bc::run_conformance(*rt, dev, o);
+  auto rows = [&](const std::string& op, const std::string& layout) {
+    std::vector<const bc::ResultRow*> out;
+    for (const auto& r : rep.rows)
+      if (r.op == op && r.layout == layout) out.push_back(&r);
+    return out;
+  };
+  auto ok = [&](const std::string& op, const std::string& layout) {
+    const auto rs = rows(op, layout);
+    INFO(op << " " << layout << " has rows");
+    REQUIRE_FALSE(rs.empty());
+    bool all = true;
+    for (const auto* r : rs) all = all && r->ok();
+    return all;
+  };
+  INFO(rep.table());
+  // Flaws are caught, each where it shows.
+  CHECK_FALSE(ok("add", "contiguous"));  // last element left unwritten
+  CHECK(ok("neg", "contiguous"));        // strides ignored: dense input is fine...
+  for (const char* layout : {"transposed", "sliced", "negstep", "broadcast"}) CHECK_FALSE(ok("neg", layout));
+  CHECK_FALSE(ok("relu", "contiguous"));   // NaN -> 0
+  CHECK_FALSE(ok("round", "contiguous"));  // halves away from zero
+  CHECK_FALSE(ok("topk", "contiguous"));   // ties to the higher index
+  CHECK_FALSE(ok("div", "errors"));        // no error for a division by zero
+  // Correct kernels pass on every layout, a contiguous-only one included.
+  for (const char* layout : {"contiguous", "transposed", "sliced", "negstep", "broadcast"}) {
+    CHECK(ok("exp", layout));
+    CHECK(ok("contiguous", layout));
+  }
+  CHECK(ok("contiguous", "views"));
+  CHECK(ok("exp", "errors"));
+  CHECK_FALSE(rep.all_passed());
+  for (const auto& r : rep.rows) CHECK(r.layout != "-");  // every kernel got cases
+#endif
+}
+
 // ---------------------------------------------------------------------------
 // Hand-derived values
 

@@ -17,7 +17,9 @@ const KernelInfo* pick(const std::vector<KernelInfo>& ks, const std::string& op,
   const KernelInfo* best = nullptr;
   for (const auto& k : ks) {
     if (k.op != op || (pred && !pred(k))) continue;
-    if (!best || (k.dtypes.back() == BP_DTYPE_F32 && best->dtypes.back() != BP_DTYPE_F32)) best = &k;
+    // f32 first, then i32, then the first claimed.
+    auto rank = [](const KernelInfo& x) { return x.dtypes.back() == BP_DTYPE_F32 ? 0 : x.dtypes.back() == BP_DTYPE_I32 ? 1 : 2; };
+    if (!best || rank(k) < rank(*best)) best = &k;
   }
   return best;
 }
