@@ -5,6 +5,7 @@
 // Devices come from BACKPLANE_PLUGIN_PATH (the test environment points it at
 // the built plugins). A plugin without a usable device (no Vulkan driver) has
 // no device here, so its cases are skipped, not failed.
+#define CATCH_CONFIG_EXTERNAL_INTERFACES  // event listeners (CloseRuntime)
 #include <catch2/catch.hpp>
 
 #include "conformance/conformance.hpp"
@@ -24,15 +25,34 @@ using backplane::Shape;
 
 namespace {
 
+// One runtime for every test here (plugins load once), closed when the test
+// run ends rather than by exit handlers: a plugin's own statics may already be
+// gone by then.
+std::unique_ptr<backplane::Runtime>& runtime_slot() {
+  static std::unique_ptr<backplane::Runtime> rt;
+  return rt;
+}
+
 backplane::Runtime& runtime() {
-  static std::unique_ptr<backplane::Runtime> rt = backplane::Runtime::create();
+  auto& rt = runtime_slot();
+  if (!rt) rt = backplane::Runtime::create();
   return *rt;
 }
 
 const std::vector<Device*>& devices() {
-  static const std::vector<Device*> d = runtime().all_devices();
+  static std::vector<Device*> d;
+  static backplane::Runtime* for_runtime = nullptr;
+  if (for_runtime != &runtime()) {
+    for_runtime = &runtime();
+    d = runtime().all_devices();
+  }
   return d;
 }
+
+struct CloseRuntime : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testRunEnded(const Catch::TestRunStats&) override { runtime_slot().reset(); }
+};
 
 std::vector<std::string> ops_of(const Device& d) {
   std::vector<std::string> ops;
@@ -152,6 +172,8 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
 }
 
 }  // namespace
+
+CATCH_REGISTER_LISTENER(CloseRuntime)
 
 // ---------------------------------------------------------------------------
 // The conformance suite
