@@ -2,7 +2,10 @@
 #extension GL_GOOGLE_include_directive : require
 // argmax (OP 0) / argmin (OP 1) over the inner dims of each row; writes i64
 // indices as two int32 words. First NaN wins; ties: lowest index, or the
-// highest with select_last_index (RPARAMS + 0).
+// highest with select_last_index (RPARAMS + 0). pc.extra as in reduce.comp:
+// 0 a workgroup per row, 1 an invocation per row, 2 partial pass over chunk
+// g % P of row g / P (P, chunk length at RPARAMS + 1, + 2) into scratch,
+// 3 final pass over the P partials of each row.
 #include "common.glsl"
 #include "rows.glsl"
 
@@ -13,6 +16,8 @@ DECL_RO1(2, x, IN_DT)
 layout(set = 0, binding = 3, std430) buffer OutIdx { ivec2 o[]; };
 
 #define CT CTYPE(IN_DT)
+layout(set = 0, binding = 4, std430) buffer PartV { CT part_v[]; };
+layout(set = 0, binding = 5, std430) buffer PartI { int part_i[]; };
 shared CT shv[WG];
 shared int shi[WG];
 
@@ -61,11 +66,29 @@ void main() {
     o[OUT_OFF + ob] = ivec2(bi, 0);
     return;
   }
-  const int row = int(group_linear());
+  const int P = A(RPARAMS + 1), chunk = A(RPARAMS + 2);
+  const int g = int(group_linear());
+  const int row = pc.extra == 2u ? g / P : g;
   if (row >= rows) return;
   int ib, ob;
   row_offsets(R_OUTER, row, ib, ob);
-  scan_row(IN_OFF + ib, int(lid), WG, n, last, bv, bi);
+  if (pc.extra == 2u) {
+    const int c0 = (g % P) * chunk;
+    scan_row(IN_OFF + ib, c0 + int(lid), WG, min(n, c0 + chunk), last, bv, bi);
+  } else if (pc.extra == 3u) {
+    bv = CT(0);
+    bi = -1;
+    for (int t = int(lid); t < P; t += WG) {
+      CT v = part_v[row * P + t];
+      int i = part_i[row * P + t];
+      if (better(v, i, bv, bi, last)) {
+        bv = v;
+        bi = i;
+      }
+    }
+  } else {
+    scan_row(IN_OFF + ib, int(lid), WG, n, last, bv, bi);
+  }
   shv[lid] = bv;
   shi[lid] = bi;
   barrier();
@@ -76,5 +99,11 @@ void main() {
     }
     barrier();
   }
-  if (lid == 0u) o[OUT_OFF + ob] = ivec2(shi[0], 0);
+  if (lid != 0u) return;
+  if (pc.extra == 2u) {
+    part_v[g] = shv[0];
+    part_i[g] = shi[0];
+  } else {
+    o[OUT_OFF + ob] = ivec2(shi[0], 0);
+  }
 }

@@ -77,7 +77,37 @@ void argreduce_impl(Call& c) {
   RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset);
   a.i32(ap.select_last_index ? 1 : 0);
   if (p.inner_n == 0) fail(BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": reduction over an empty dim");
-  dispatch_rows(c, shader("argreduce", d), {c.row.code}, {x.binding, o.binding}, a, p);
+  const Pipeline& pl = c.dev.pipelines.get(shader("argreduce", d), {c.row.code}, 4);
+  if (p.mode == 0 && p.outer_n <= 16 && p.inner_n >= (1 << 16)) {
+    // A few very long rows: partial (value, index) pairs per chunk, then a
+    // pass over the partials (as in reduce_impl).
+    const int64_t P = std::min<int64_t>(1024, ceil_div(p.inner_n, 1 << 14));
+    const int64_t chunk = ceil_div(p.inner_n, P);
+    const uint64_t ct = (d == BP_DTYPE_F64 || d == BP_DTYPE_I64) ? 8 : 4;
+    const uint64_t vbytes = (static_cast<uint64_t>(p.outer_n * P) * ct + 255) / 256 * 256;
+    Binding sv = c.dev.exec.scratch(vbytes + static_cast<uint64_t>(p.outer_n * P) * 4);
+    Binding si = sv;
+    sv.range = vbytes;
+    si.offset += vbytes;
+    si.range = static_cast<uint64_t>(p.outer_n * P) * 4;
+    si.handle = 0;  // same buffer as sv
+    a.i32(P);
+    a.i32(chunk);
+    const Binding b1[] = {x.binding, o.binding, sv, si};
+    c.dev.exec.dispatch(pl, b1, a.w, static_cast<uint32_t>(p.outer_n), 2, static_cast<uint64_t>(p.outer_n * P), c.op());
+    sv.write = si.write = false;
+    const Binding b2[] = {x.binding, o.binding, sv, si};
+    c.dev.exec.dispatch(pl, b2, a.w, static_cast<uint32_t>(p.outer_n), 3, static_cast<uint64_t>(p.outer_n), c.op());
+    return;
+  }
+  a.i32(0);
+  a.i32(0);
+  Binding none = c.dev.exec.scratch(4);
+  none.write = false;
+  none.handle = 0;
+  const Binding bs[] = {x.binding, o.binding, none, none};
+  if (p.outer_n == 0) return;
+  c.dev.exec.dispatch(pl, bs, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op());
 }
 
 void param_ct(Args& a, bp_dtype d, double v) {
