@@ -210,7 +210,13 @@ template <bp_dtype D> struct TopkK {
           int64_t cnt = 0;
           for (int64_t i = 0; i < n; ++i) {
             const C v = ld(row[i * s]);
-            if (cnt == k && !before(v, i, bv[k - 1], bi[k - 1])) continue;
+            if (cnt == k) {
+              // One comparison rejects most elements; NaNs (either side)
+              // fail it and take the full ordering.
+              const C thr = bv[k - 1];
+              if (p.largest ? v <= thr : v >= thr) continue;
+              if (!before(v, i, thr, bi[k - 1])) continue;
+            }
             int64_t pos = cnt < k ? cnt++ : k - 1;
             while (pos > 0 && before(v, i, bv[pos - 1], bi[pos - 1])) {
               bv[pos] = bv[pos - 1];

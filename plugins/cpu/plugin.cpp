@@ -4,6 +4,8 @@
 
 #include <sys/mman.h>
 
+#include <cstdio>
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -18,7 +20,9 @@ namespace {
 Isa g_isa = Isa::baseline;
 const bp_host_api* g_host = nullptr;
 bp_device g_device{0};
-std::string g_description;
+// Plain storage, not std::string: a host that keeps its Runtime in a static
+// shuts plugins down after this library's own static destructors have run.
+char g_description[96] = "host CPU";
 
 constexpr std::string_view kName = "cpu";
 constexpr std::string_view kVersion = "0.1.0";
@@ -79,14 +83,15 @@ bp_error* initialize(const bp_host_api* host) {
     g_host = host;
     g_isa = detect_isa();
     const uint32_t threads = host && host->num_threads ? host->num_threads(host->host_ctx) : 1;
-    g_description = "host CPU (" + std::string(isa_name(g_isa)) + ", " + std::to_string(threads) + " threads)";
+    const std::string_view isa_text = isa_name(g_isa);
+    std::snprintf(g_description, sizeof g_description, "host CPU (%.*s, %u threads)", static_cast<int>(isa_text.size()),
+                  isa_text.data(), threads);
   });
 }
 
 void shutdown() {
   g_host = nullptr;
-  g_description.clear();
-  g_description.shrink_to_fit();
+  std::snprintf(g_description, sizeof g_description, "host CPU");
 }
 
 uint32_t device_count() { return 1; }
@@ -108,7 +113,7 @@ bp_error* device_info(bp_device* device, bp_device_info* out_info) {
     info.struct_size = sizeof(bp_device_info);
     info.name = sdk::to_bp("cpu");
     info.kind = sdk::to_bp("cpu");
-    info.description = sdk::to_bp(g_description.empty() ? std::string_view("host CPU") : std::string_view(g_description));
+    info.description = sdk::to_bp(std::string_view(g_description));
     info.memory_kind = BP_MEMORY_HOST;
     info.buffer_alignment = kAlign;
     info.max_buffer_size = 0;

@@ -12,6 +12,7 @@
 //    cut into fixed chunks whose partials are merged in order (deterministic).
 // f32 and the half types accumulate in double, integers in wrapping uint64.
 #include "kernels.hpp"
+#include "vecmath.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -158,31 +159,65 @@ void reduce_engine(const Call& c, const bp_layout& in, const bool* is_red, const
     }
 
   if (kd >= 0 && in.strides[kd] == 1 && in.shape[kd] >= 4 && n_red > 1) {
-    // Column schedule.
-    constexpr int64_t kTile = 128;
+    // Column schedule: tiles of the unit-stride kept dim, each accumulated
+    // over the reduced dims. With too few tiles to feed every thread, the
+    // reduced range is cut into fixed chunks too, merged in order after.
+    constexpr int64_t kTile = 1024;
     const int64_t S = in.shape[kd];
     bp_layout outer = kept;
     outer.shape[kd] = 1;
     const sdk::StridedWalker<1> ow(rank, outer.shape, {&outer});
     const int64_t tiles = (S + kTile - 1) / kTile;
-    const int64_t n_tasks = (n_out / S) * tiles;
-    pfor(c, n_tasks, kGrain / std::max<int64_t>(1, kTile * n_red), [&](int64_t b, int64_t e) {
-      A acc[kTile];
+    const int64_t base_tasks = (n_out / S) * tiles;
+    int64_t chunks = 1;
+    if (threads > 1 && base_tasks < 2 * static_cast<int64_t>(threads) && n_red >= 64)
+      chunks = std::min<int64_t>((2 * threads + base_tasks - 1) / base_tasks, n_red / 32);
+    const int64_t chunk = (n_red + chunks - 1) / chunks;
+    chunks = (n_red + chunk - 1) / chunk;
+    std::vector<A> part(chunks > 1 ? static_cast<size_t>(chunks * n_out) : 0);
+    auto tile_base = [&](int64_t bt, int64_t& o, int64_t& j0, int64_t& tn) {
+      o = bt / tiles;
+      j0 = (bt % tiles) * kTile;
+      tn = std::min(kTile, S - j0);
+      int64_t base = 0;
+      ow.run(o, o + 1, [&](const int64_t* off, int64_t, const int64_t*) { base = off[0]; });
+      return x + base + j0;
+    };
+    const int64_t per_task = std::min(kTile, S) * chunk;
+    pfor(c, base_tasks * chunks, kGrain / std::max<int64_t>(1, per_task), [&](int64_t b, int64_t e) {
+      std::vector<A> acc(static_cast<size_t>(std::min(kTile, S)));
       for (int64_t t = b; t < e; ++t) {
-        const int64_t o = t / tiles, j0 = (t % tiles) * kTile, tn = std::min(kTile, S - j0);
-        int64_t base = 0;
-        ow.run(o, o + 1, [&](const int64_t* off, int64_t, const int64_t*) { base = off[0]; });
-        const typename R::T* p0 = x + base + j0;
-        for (int64_t j = 0; j < tn; ++j) acc[j] = r.init(p0 + j);
-        rw.run_all([&](const int64_t* off, int64_t n, const int64_t* st) {
+        const int64_t ch = t % chunks;
+        int64_t o, j0, tn;
+        const typename R::T* p0 = tile_base(t / chunks, o, j0, tn);
+        for (int64_t j = 0; j < tn; ++j) acc[j] = chunks == 1 ? r.init(p0 + j) : r.ident(r.init(p0 + j));
+        rw.run(ch * chunk, std::min(n_red, (ch + 1) * chunk), [&](const int64_t* off, int64_t n, const int64_t* st) {
           for (int64_t i = 0; i < n; ++i) {
             const typename R::T* p = p0 + off[0] + i * st[0];
-            for (int64_t j = 0; j < tn; ++j) r.step(acc[j], p[j]);
+            A* a = acc.data();
+            for (int64_t j = 0; j < tn; ++j) r.step(a[j], p[j]);
           }
         });
-        for (int64_t j = 0; j < tn; ++j) r.finish(acc[j], n_red, o * S + j0 + j);
+        if (chunks == 1) {
+          for (int64_t j = 0; j < tn; ++j) r.finish(acc[j], n_red, o * S + j0 + j);
+        } else {
+          std::copy(acc.begin(), acc.begin() + tn, part.begin() + (ch * n_out + o * S + j0));
+        }
       }
     });
+    if (chunks > 1) {
+      pfor(c, base_tasks, kGrain / std::max<int64_t>(1, std::min(kTile, S) * chunks), [&](int64_t b, int64_t e) {
+        for (int64_t bt = b; bt < e; ++bt) {
+          int64_t o, j0, tn;
+          const typename R::T* p0 = tile_base(bt, o, j0, tn);
+          for (int64_t j = 0; j < tn; ++j) {
+            A a = r.init(p0 + j);
+            for (int64_t ch = 0; ch < chunks; ++ch) r.merge(a, part[static_cast<size_t>(ch * n_out + o * S + j0 + j)]);
+            r.finish(a, n_red, o * S + j0 + j);
+          }
+        }
+      });
+    }
     return;
   }
 
@@ -361,40 +396,54 @@ template <bool Log> struct SoftmaxK {
       const T* x = c.in_data<T>(0);
       T* y = c.out_data<T>();
       for_rows<2>(c, in.rank, in.shape, dim, {&in, &ol}, 4 * n, [&] {
-        return [&, buf = std::vector<C>(static_cast<size_t>(n))](const int64_t* off) mutable {
+        return [&, buf = std::vector<C>(static_cast<size_t>(n)), ebuf = std::vector<C>(static_cast<size_t>(n))](const int64_t* off) mutable {
           const T* row = x + off[0];
           T* out = y + off[1];
-          C m = -std::numeric_limits<C>::infinity();
-          bool nan = false;
-          for (int64_t i = 0; i < n; ++i) {
-            const C v = ld(row[i * s]);
-            buf[i] = v;
-            nan |= v != v;
-            m = v > m ? v : m;
+          C* bp = buf.data();
+          if (s == 1) {
+            for (int64_t i = 0; i < n; ++i) bp[i] = ld(row[i]);
+          } else {
+            for (int64_t i = 0; i < n; ++i) bp[i] = ld(row[i * s]);
           }
-          if (nan) m = std::numeric_limits<C>::quiet_NaN();
-          // All -inf: m is -inf and x - m is NaN, as in PyTorch.
-          double sum = 0;
-          double lanes[4] = {0, 0, 0, 0};
+          // Max in 8 lanes; NaN is tracked apart (a NaN row is all NaN).
+          C lm[8];
+          bool nan = false;
+          for (C& l : lm) l = -std::numeric_limits<C>::infinity();
           int64_t i = 0;
-          for (; i + 4 <= n; i += 4)
-            for (int j = 0; j < 4; ++j) {
-              const C e = std::exp(buf[i + j] - m);
-              if constexpr (!Log) buf[i + j] = e;
-              lanes[j] += e;
+          for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; ++j) {
+              nan |= bp[i + j] != bp[i + j];
+              lm[j] = bp[i + j] > lm[j] ? bp[i + j] : lm[j];
             }
           for (; i < n; ++i) {
-            const C e = std::exp(buf[i] - m);
-            if constexpr (!Log) buf[i] = e;
-            lanes[0] += e;
+            nan |= bp[i] != bp[i];
+            lm[0] = bp[i] > lm[0] ? bp[i] : lm[0];
           }
-          sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+          C m = lm[0];
+          for (const C l : lm) m = l > m ? l : m;
+          if (nan) m = std::numeric_limits<C>::quiet_NaN();
+          // All -inf: m is -inf and x - m is NaN, as in PyTorch.
+          C* eb = ebuf.data();
+          if constexpr (std::is_same_v<C, float>) {
+            exp_shifted(bp, m, eb, n);
+          } else {
+            for (int64_t k = 0; k < n; ++k) eb[k] = std::exp(bp[k] - m);
+          }
+          double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          for (i = 0; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; ++j) lanes[j] += static_cast<double>(eb[i + j]);
+          for (; i < n; ++i) lanes[0] += static_cast<double>(eb[i]);
+          const double sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
           if constexpr (Log) {
             const C ls = static_cast<C>(std::log(sum));
-            for (int64_t k = 0; k < n; ++k) out[k * so] = st<T>(buf[k] - m - ls);
+            for (int64_t k = 0; k < n; ++k) out[k * so] = st<T>(bp[k] - m - ls);
           } else {
             const C inv = static_cast<C>(1.0 / sum);
-            for (int64_t k = 0; k < n; ++k) out[k * so] = st<T>(buf[k] * inv);
+            if (so == 1) {
+              for (int64_t k = 0; k < n; ++k) out[k] = st<T>(eb[k] * inv);
+            } else {
+              for (int64_t k = 0; k < n; ++k) out[k * so] = st<T>(eb[k] * inv);
+            }
           }
         };
       });

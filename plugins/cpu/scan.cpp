@@ -2,6 +2,7 @@
 // pair carries its own state h[N] through the L steps, so pairs are the unit
 // of parallel work; the state is f32 (f64 for f64 inputs).
 #include "kernels.hpp"
+#include "vecmath.hpp"
 
 #include <algorithm>
 
@@ -38,7 +39,8 @@ template <bp_dtype D> struct SelectiveScanK {
     T* last = c.slot_data<T>(1);
     const int64_t cost = std::max<int64_t>(1, L * std::max<int64_t>(N, 1) * 8);
     pfor(c, B * Dn, kGrain / cost, [&](int64_t p0, int64_t p1) {
-      std::vector<S> h(static_cast<size_t>(N)), ai(static_cast<size_t>(N)), bt(static_cast<size_t>(N)), ct(static_cast<size_t>(N));
+      std::vector<S> h(static_cast<size_t>(N)), ai(static_cast<size_t>(N)), bt(static_cast<size_t>(N)), ct(static_cast<size_t>(N)),
+          ea(static_cast<size_t>(N));
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t bb = p / Dn, i = p % Dn;
         for (int64_t j = 0; j < N; ++j) {
@@ -56,9 +58,15 @@ template <bp_dtype D> struct SelectiveScanK {
             ct[j] = ld(crow[j * lc.strides[2]]);
           }
           const S du = d * ut;
+          for (int64_t j = 0; j < N; ++j) ea[j] = d * ai[j];
+          if constexpr (std::is_same_v<S, float>) {
+            exp_shifted(ea.data(), 0.0f, ea.data(), N);
+          } else {
+            for (int64_t j = 0; j < N; ++j) ea[j] = std::exp(ea[j]);
+          }
           S acc = S(0);
           for (int64_t j = 0; j < N; ++j) {
-            h[j] = std::exp(d * ai[j]) * h[j] + du * bt[j];
+            h[j] = ea[j] * h[j] + du * bt[j];
             acc += h[j] * ct[j];
           }
           y[(bb * L + t) * Dn + i] = st<T>(acc);
