@@ -94,6 +94,17 @@ void main() {
   if (i0 >= n) return;
   if ((A(1) & 1) != 0 && i0 + 4 <= n) {
     const int oa = REC_OFF(0), oo = REC_OFF(1);
+    if (REC_STRIDE(0, 0) == 0) {
+      // A broadcast scalar.
+#ifdef SAME
+      const int i = i0;
+      for (int c = 0; c < 4; ++c) o[oo + i + c] = a[oa];
+#else
+      const OT v = convert(LD(IN_DT, a[oa]));
+      for (int c = 0; c < 4; ++c) o[oo + i0 + c] = SV(OUT_DT, v);
+#endif
+      return;
+    }
 #ifdef SAME
     o4[oo / 4 + j] = a4[oa / 4 + j];
 #else
