@@ -66,15 +66,14 @@ void main() {
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
   if (i0 >= n) return;
-  if ((A(1) & 1) != 0 && i0 + 4 <= n) {
-    const int oa = REC_OFF(0), ob = REC_OFF(1), oo = REC_OFF(2);
+  if ((pc.extra & 1u) != 0u && i0 + 4 <= n) {
+    const int oa = pc.p.x, ob = pc.p.y, oo = pc.p.z;
     CTYPE4(IN_DT) va, vb;
-    if (REC_STRIDE(0, 0) == 0) va = CTYPE4(IN_DT)(LD(IN_DT, a[oa]));
+    if ((pc.extra & 2u) != 0u) va = CTYPE4(IN_DT)(LD(IN_DT, a[oa]));
     else va = LD4(IN_DT, a4[oa / 4 + j]);
-    if (REC_STRIDE(1, 0) == 0) vb = CTYPE4(IN_DT)(LD(IN_DT, b[ob]));
+    if ((pc.extra & 4u) != 0u) vb = CTYPE4(IN_DT)(LD(IN_DT, b[ob]));
     else vb = LD4(IN_DT, b4[ob / 4 + j]);
-    CTYPE4(OUT_DT) r;
-    for (int c = 0; c < 4; ++c) r[c] = op(va[c], vb[c]);
+    CTYPE4(OUT_DT) r = CTYPE4(OUT_DT)(op(va.x, vb.x), op(va.y, vb.y), op(va.z, vb.z), op(va.w, vb.w));
     o4[oo / 4 + j] = SV4(OUT_DT, r);
     return;
   }

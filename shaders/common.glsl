@@ -4,11 +4,14 @@
 //   0  per-run argument ring (int32 words); this dispatch's block starts at pc.base
 //   1  device error word pair {flags, first dispatch id}, checked by synchronize()
 //   2+ the op's operands
-// Push constants (16 bytes, within the 128 bytes every device offers):
+// Push constants (32 bytes, within the 128 bytes every device offers):
 //   base  word offset of this dispatch's argument block in the ring
 //   n     work items of the dispatch (elements, rows, ...)
 //   id    dispatch number inside the command buffer, reported with errors
-//   extra family-specific
+//   extra family-specific (elementwise: bit 0 fast path, bit 1+k record k
+//         is a broadcast scalar; row kernels: the mode)
+//   p[4]  family-specific (elementwise fast path: the records' offsets), so
+//         the hot path reads no argument block
 // Layout records in the argument block are [offset, stride0..stride7] (9 words,
 // int32 elements). Dims were coalesced and permuted by the host.
 #extension GL_EXT_shader_16bit_storage : enable
@@ -27,6 +30,7 @@ layout(push_constant) uniform PC {
   uint n;
   uint id;
   uint extra;
+  ivec4 p;
 } pc;
 
 int A(int i) { return g_args.w[int(pc.base) + i]; }

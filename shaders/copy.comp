@@ -92,9 +92,9 @@ void main() {
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
   if (i0 >= n) return;
-  if ((A(1) & 1) != 0 && i0 + 4 <= n) {
-    const int oa = REC_OFF(0), oo = REC_OFF(1);
-    if (REC_STRIDE(0, 0) == 0) {
+  if ((pc.extra & 1u) != 0u && i0 + 4 <= n) {
+    const int oa = pc.p.x, oo = pc.p.y;
+    if ((pc.extra & 2u) != 0u) {
       // A broadcast scalar.
 #ifdef SAME
       const int i = i0;
@@ -109,8 +109,7 @@ void main() {
     o4[oo / 4 + j] = a4[oa / 4 + j];
 #else
     CTYPE4(IN_DT) va = LD4(IN_DT, a4[oa / 4 + j]);
-    CTYPE4(OUT_DT) r;
-    for (int c = 0; c < 4; ++c) r[c] = convert(va[c]);
+    CTYPE4(OUT_DT) r = CTYPE4(OUT_DT)(convert(va.x), convert(va.y), convert(va.z), convert(va.w));
     o4[oo / 4 + j] = SV4(OUT_DT, r);
 #endif
     return;

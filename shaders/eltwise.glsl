@@ -1,5 +1,6 @@
 // Element offsets for elementwise shaders. Argument block:
-//   [0] rank  [1] flags (bit 0: fast path)  [2..9] shape
+//   [0] rank  [1] flags (bit 0: fast path; the fast path itself reads
+//   pc.extra / pc.p instead)  [2..9] shape
 //   [10 + 9k] offset of record k, [11 + 9k ..] its 8 strides
 //   params from PARAMS = 10 + 9 * NREC
 // NREC (records: inputs, then the output where it is strided) must be defined.

@@ -123,14 +123,14 @@ void main() {
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
   if (i0 >= n) return;
-  if ((A(1) & 1) != 0 && i0 + 4 <= n) {
-    const int oa = REC_OFF(0), oo = REC_OFF(1);
+  if ((pc.extra & 1u) != 0u && i0 + 4 <= n) {
+    const int oa = pc.p.x, oo = pc.p.y;
     CTYPE4(OUT_DT) r;
-    if (REC_STRIDE(0, 0) == 0) {
+    if ((pc.extra & 2u) != 0u) {
       r = CTYPE4(OUT_DT)(op(LD(IN_DT, a[oa])));  // a broadcast scalar
     } else {
       CTYPE4(IN_DT) va = LD4(IN_DT, a4[oa / 4 + j]);
-      for (int c = 0; c < 4; ++c) r[c] = op(va[c]);
+      r = CTYPE4(OUT_DT)(op(va.x), op(va.y), op(va.z), op(va.w));
     }
     o4[oo / 4 + j] = SV4(OUT_DT, r);
     return;

@@ -73,6 +73,9 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
   }
 
   // A queue family that can compute.
+  check(props.limits.maxPushConstantsSize >= sizeof(PushConstants), BP_ERR_UNAVAILABLE,
+        "vulkan: " + description + " offers fewer push-constant bytes than the shaders use");
+
   uint32_t nq = 0;
   vkGetPhysicalDeviceQueueFamilyProperties(phys, &nq, nullptr);
   std::vector<VkQueueFamilyProperties> qf(nq);

@@ -192,7 +192,7 @@ std::pair<size_t, uint32_t> Exec::ring_put(Stream& s, std::span<const int32_t> a
 }
 
 void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
-                    uint32_t extra, uint64_t groups, const char* op) {
+                    uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords) {
   Stream& s = current();
   check(operands.size() + 2 == p.n_bindings, BP_ERR_INTERNAL, "vulkan: operand count mismatch");
   if (groups == 0) return;
@@ -240,7 +240,7 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
 
   vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   vkCmdBindDescriptorSets(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
-  PushConstants pc{word, n, s.n_dispatches, extra};
+  PushConstants pc{word, n, s.n_dispatches, extra, {pwords[0], pwords[1], pwords[2], pwords[3]}};
   vkCmdPushConstants(s.cmd, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
 
   // Fold the grid so every dimension stays within maxComputeWorkGroupCount.

@@ -11,6 +11,7 @@
 #include "memory.hpp"
 #include "pipelines.hpp"
 
+#include <array>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -66,8 +67,9 @@ class Exec {
   void ensure_begun();
   // Records one dispatch of `groups` workgroups (folded into a 2-D/3-D grid
   // as the device limits require). args: the dispatch's argument block.
+  // extra / p: the push-constant words of the family (shaders/common.glsl).
   void dispatch(const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
-                uint32_t extra, uint64_t groups, const char* op);
+                uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords = {});
   // A device buffer of at least `bytes` for intermediate results, valid until
   // the stream's next begin() (split reductions).
   Binding scratch(uint64_t bytes);

@@ -3,6 +3,7 @@
 #include "kernels.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 namespace bpvk {
@@ -51,8 +52,18 @@ void eltwise_dispatch(Call& c, const std::string& shader_name, const std::vector
   Args a;
   eltwise_header(a, co, offsets, fast);
   a.w.insert(a.w.end(), params.w.begin(), params.w.end());
+  // The fast path reads its offsets and broadcast bits from push constants.
+  uint32_t extra = 0;
+  std::array<int32_t, 4> pw{};
+  if (fast && offsets.size() <= 4) {
+    extra = 1;
+    for (size_t k = 0; k < offsets.size(); ++k) {
+      pw[k] = static_cast<int32_t>(offsets[k]);
+      if (co.rank == 0 || co.strides[k][0] == 0) extra |= 2u << k;
+    }
+  }
   const Pipeline& p = c.dev.pipelines.get(shader_name, spec, static_cast<uint32_t>(bindings.size()));
-  c.dev.exec.dispatch(p, bindings, a.w, static_cast<uint32_t>(n), 0, ceil_div(n, kWG * kPerThread), c.op());
+  c.dev.exec.dispatch(p, bindings, a.w, static_cast<uint32_t>(n), extra, ceil_div(n, kWG * kPerThread), c.op(), pw);
 }
 
 void binary_impl(Call& c) {

@@ -22,12 +22,13 @@ struct Pipeline {
   uint32_t n_bindings = 0;  // 2 fixed (args, errors) + operands
 };
 
-// 16 bytes of push constants, see shaders/common.glsl.
+// 32 bytes of push constants, see shaders/common.glsl.
 struct PushConstants {
   uint32_t base;
   uint32_t n;
   uint32_t id;
   uint32_t extra;
+  int32_t p[4];
 };
 
 class Pipelines {
