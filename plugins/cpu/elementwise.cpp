@@ -18,11 +18,93 @@ namespace {
 // ---------------------------------------------------------------------------
 // Walk helpers
 
+// Cache-blocked walk for inputs that run along a different dim than the
+// output ("x.T + y", a transposing contiguous). Walking such an input in
+// output order touches one cache line per element, and for power-of-two
+// row lengths the lines of a tile share a few cache sets, so they are gone
+// before their neighbours are used. Instead, 32x32 tiles are copied into a
+// local buffer along the input's own unit-stride dim (each line is used
+// whole, at once) and then combined in output order.
+struct Tiling {
+  int t = -1, l = -1;  // the input's unit-stride dim and the output's last dim
+  int64_t nt = 0, nl = 0, tiles = 0;
+};
+constexpr int64_t kTile = 32;
+
+inline bool transposed_input(const bp_layout& li, int t, int l) {
+  return (li.strides[t] == 1 || li.strides[t] == -1) && (li.strides[l] > 1 || li.strides[l] < -1);
+}
+
+template <size_t N> Tiling plan_tiling(const std::array<const bp_layout*, N>& lays) {
+  Tiling tl;
+  const bp_layout& lo = *lays[N - 1];
+  const int r = static_cast<int>(lo.rank);
+  if (sdk::numel(lo) < 16384) return tl;
+  int l = -1;
+  for (int i = r - 1; i >= 0 && l < 0; --i)
+    if (lo.shape[i] > 1) l = i;
+  if (l < 0 || lo.shape[l] < 8) return tl;
+  for (size_t k = 0; k + 1 < N && tl.t < 0; ++k)
+    for (int i = 0; i < r && tl.t < 0; ++i)
+      if (i != l && lo.shape[i] >= 8 && transposed_input(*lays[k], i, l)) tl.t = i;
+  if (tl.t < 0) return tl;
+  tl.l = l;
+  tl.nt = lo.shape[tl.t];
+  tl.nl = lo.shape[l];
+  tl.tiles = (tl.nt + kTile - 1) / kTile;
+  return tl;
+}
+
+// Runs body(base offsets, i0, i1) for every (outer position, block of kTile
+// indices along t), split over threads.
+template <size_t N, class Body>
+void for_tiles(const Call& c, const std::array<const bp_layout*, N>& lays, const Tiling& tl, int64_t grain, Body&& body) {
+  const bp_layout& lo = *lays[N - 1];
+  int64_t osh[BP_MAX_RANK] = {};
+  for (uint32_t i = 0; i < lo.rank; ++i) osh[i] = lo.shape[i];
+  osh[tl.t] = osh[tl.l] = 1;
+  const sdk::StridedWalker<N> w(lo.rank, osh, lays);
+  pfor(c, w.numel() * tl.tiles, grain / (kTile * tl.nl), [&](int64_t b, int64_t e) {
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t o = task / tl.tiles, i0 = (task % tl.tiles) * kTile;
+      std::array<int64_t, N> base{};
+      w.run(o, o + 1, [&](const int64_t* off, int64_t, const int64_t*) {
+        for (size_t k = 0; k < N; ++k) base[k] = off[k];
+      });
+      body(base.data(), i0, std::min(tl.nt, i0 + kTile));
+    }
+  });
+}
+
+// Copies the tile [i0, i1) x [j0, j1) of a transposed input into buf[i][j],
+// reading along the input's unit-stride dim.
+template <class T>
+inline void gather_tile(const T* p, int64_t st, int64_t sl, int64_t i0, int64_t i1, int64_t j0, int64_t j1, T* buf) {
+  for (int64_t j = j0; j < j1; ++j)
+    for (int64_t i = i0; i < i1; ++i) buf[(i - i0) * kTile + (j - j0)] = p[i * st + j * sl];
+}
+
 template <class TI, class TO, class F> void map1(const Call& c, F f, int64_t grain) {
   const bp_layout& li = c.in_layout(0);
   const bp_layout& lo = c.out_layout();
   const TI* x = c.in_data<TI>(0);
   TO* y = c.out_data<TO>();
+  if (const Tiling tl = plan_tiling<2>({&li, &lo}); tl.t >= 0) {
+    const int64_t xt = li.strides[tl.t], xl = li.strides[tl.l], yt = lo.strides[tl.t];
+    for_tiles<2>(c, {&li, &lo}, tl, grain, [&](const int64_t* base, int64_t i0, int64_t i1) {
+      TI buf[kTile * kTile];
+      for (int64_t j0 = 0; j0 < tl.nl; j0 += kTile) {
+        const int64_t j1 = std::min(tl.nl, j0 + kTile);
+        gather_tile(x + base[0], xt, xl, i0, i1, j0, j1, buf);
+        for (int64_t i = i0; i < i1; ++i) {
+          TO* yr = y + base[1] + i * yt + j0;
+          const TI* br = buf + (i - i0) * kTile;
+          for (int64_t j = 0; j < j1 - j0; ++j) yr[j] = f(br[j]);
+        }
+      }
+    });
+    return;
+  }
   const sdk::StridedWalker<2> w(lo.rank, lo.shape, {&li, &lo});
   pfor(c, w.numel(), grain, [&](int64_t b, int64_t e) {
     w.run(b, e, [&](const int64_t* off, int64_t n, const int64_t* s) {
@@ -47,6 +129,28 @@ template <class TA, class TB, class TO, class F> void map2(const Call& c, F f, i
   const TA* a = c.in_data<TA>(0);
   const TB* b = c.in_data<TB>(1);
   TO* y = c.out_data<TO>();
+  if (const Tiling tl = plan_tiling<3>({&la, &lb, &lo}); tl.t >= 0) {
+    const int64_t at = la.strides[tl.t], al = la.strides[tl.l], bt = lb.strides[tl.t], bl = lb.strides[tl.l];
+    const int64_t yt = lo.strides[tl.t];
+    const bool ga = transposed_input(la, tl.t, tl.l), gb = transposed_input(lb, tl.t, tl.l);
+    for_tiles<3>(c, {&la, &lb, &lo}, tl, grain, [&](const int64_t* base, int64_t i0, int64_t i1) {
+      TA abuf[kTile * kTile];
+      TB bbuf[kTile * kTile];
+      for (int64_t j0 = 0; j0 < tl.nl; j0 += kTile) {
+        const int64_t j1 = std::min(tl.nl, j0 + kTile);
+        if (ga) gather_tile(a + base[0], at, al, i0, i1, j0, j1, abuf);
+        if (gb) gather_tile(b + base[1], bt, bl, i0, i1, j0, j1, bbuf);
+        const int64_t as = ga ? 1 : al, bs = gb ? 1 : bl;
+        for (int64_t i = i0; i < i1; ++i) {
+          TO* yr = y + base[2] + i * yt + j0;
+          const TA* ar = ga ? abuf + (i - i0) * kTile : a + base[0] + i * at + j0 * al;
+          const TB* br = gb ? bbuf + (i - i0) * kTile : b + base[1] + i * bt + j0 * bl;
+          for (int64_t j = 0; j < j1 - j0; ++j) yr[j] = f(ar[j * as], br[j * bs]);
+        }
+      }
+    });
+    return;
+  }
   const sdk::StridedWalker<3> w(lo.rank, lo.shape, {&la, &lb, &lo});
   pfor(c, w.numel(), grain, [&](int64_t lo_, int64_t hi_) {
     w.run(lo_, hi_, [&](const int64_t* off, int64_t n, const int64_t* s) {

@@ -1,4 +1,5 @@
-// matmul and conv2d (float dtypes, as OPS.md) on one packed GEMM.
+// matmul and conv2d (float dtypes, as OPS.md) on one packed GEMM; conv2d
+// packs its B operand straight from the image (implicit im2col).
 //
 // The GEMM follows the BLIS layout: B is packed into KC x NR micro-panels,
 // A into MR x KC micro-panels, and an MR x NR register tile accumulates
@@ -191,10 +192,31 @@ void pack_b_panels(const S* b, int64_t rsb, int64_t csb, int64_t n, int64_t kc, 
   }
 }
 
+// Operand sources: each packs its panels for the GEMM below.
+template <class S, class P> struct StridedA {
+  const S* a;
+  int64_t rsa, csa;
+  // MR-row panels of rows [i0, i0 + m) x cols [pc, pc + kc), panel p at ap + p * mr * kc.
+  void pack(int64_t i0, int64_t m, int64_t pc, int64_t kc, int64_t mr, int64_t p0, int64_t p1, P* ap) const {
+    for (int64_t p = p0; p < p1; ++p)
+      pack_a_panel<S, P>(a + (i0 + p * mr) * rsa + pc * csa, rsa, csa, std::min(mr, m - p * mr), kc, mr, ap + p * mr * kc);
+  }
+};
+template <class S, class P> struct StridedB {
+  const S* b;
+  int64_t rsb, csb;
+  void pack(int64_t pc, int64_t kc, int64_t jc, int64_t nc, int64_t nr, int64_t p0, int64_t p1, P* bp) const {
+    pack_b_panels<S, P>(b + pc * rsb + jc * csb, rsb, csb, nc, kc, nr, p0, p1, bp);
+  }
+};
+
 // C[M x N] (dense rows, ldc) = A[M x K] * B[K x N], any element strides.
 template <class S, class P>
 void gemm(const Call& c, int64_t M, int64_t N, int64_t K, const S* a, int64_t rsa, int64_t csa, const S* b, int64_t rsb,
-          int64_t csb, P* C, int64_t ldc) {
+          int64_t csb, P* C, int64_t ldc);
+
+template <class P, class ASrc, class BSrc>
+void gemm_packed(const Call& c, int64_t M, int64_t N, int64_t K, const ASrc& A, const BSrc& B, P* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, P(0));
@@ -221,16 +243,13 @@ void gemm(const Call& c, int64_t M, int64_t N, int64_t K, const S* a, int64_t rs
     const int64_t nb = (nc + NR - 1) / NR;
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
-      pfor(c, nb, serial ? big : std::max<int64_t>(1, 8192 / (kc * NR)), [&](int64_t b0, int64_t b1) {
-        pack_b_panels<S, P>(b + pc * rsb + jc * csb, rsb, csb, nc, kc, NR, b0, b1, bp);
-      });
+      pfor(c, nb, serial ? big : std::max<int64_t>(1, 8192 / (kc * NR)),
+           [&](int64_t b0, int64_t b1) { B.pack(pc, kc, jc, nc, NR, b0, b1, bp); });
       for (int64_t ic0 = 0; ic0 < M; ic0 += MCHUNK) {
         const int64_t mch = std::min(MCHUNK, M - ic0);
         const int64_t na = (mch + MR - 1) / MR;
-        pfor(c, na, serial ? big : std::max<int64_t>(1, 8192 / (kc * MR)), [&](int64_t p0, int64_t p1) {
-          for (int64_t p = p0; p < p1; ++p)
-            pack_a_panel<S, P>(a + (ic0 + p * MR) * rsa + pc * csa, rsa, csa, std::min(MR, mch - p * MR), kc, MR, ap + p * MR * kc);
-        });
+        pfor(c, na, serial ? big : std::max<int64_t>(1, 8192 / (kc * MR)),
+             [&](int64_t p0, int64_t p1) { A.pack(ic0, mch, pc, kc, MR, p0, p1, ap); });
         const int64_t mb = (mch + MC - 1) / MC;
         const int64_t nsplit = std::clamp<int64_t>((2 * threads + mb - 1) / mb, 1, nb);
         const int64_t ncs = (nb + nsplit - 1) / nsplit * NR;
@@ -246,6 +265,46 @@ void gemm(const Call& c, int64_t M, int64_t N, int64_t K, const S* a, int64_t rs
     }
   }
 }
+
+template <class S, class P>
+void gemm(const Call& c, int64_t M, int64_t N, int64_t K, const S* a, int64_t rsa, int64_t csa, const S* b, int64_t rsb,
+          int64_t csb, P* C, int64_t ldc) {
+  gemm_packed<P>(c, M, N, K, StridedA<S, P>{a, rsa, csa}, StridedB<S, P>{b, rsb, csb}, C, ldc);
+}
+
+// conv2d's B operand, [Cg*kH*kW, OH*OW], read straight from the image
+// (implicit im2col): packing a panel computes the input pixel of every
+// (channel, kh, kw) row and output-pixel column, zero in the padding.
+template <class T, class P> struct Im2colB {
+  const T* x;  // the image's first channel of the group
+  int64_t xs1, xs2, xs3;
+  int64_t H, W, kH, kW, OW, sh, sw, pt, pl, dh, dw;
+  void pack(int64_t pc, int64_t kc, int64_t jc, int64_t nc, int64_t nr, int64_t p0, int64_t p1, P* bp) const {
+    int64_t ih0[64], iw0[64];
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t cols = std::min(nr, nc - p * nr);
+      P* dst = bp + p * nr * kc;
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t q = jc + p * nr + j;
+        ih0[j] = (q / OW) * sh - pt;
+        iw0[j] = (q % OW) * sw - pl;
+      }
+      for (int64_t k = 0; k < kc; ++k) {
+        const int64_t r = pc + k, ci = r / (kH * kW), kh = (r / kW) % kH, kw = r % kW;
+        const T* xc = x + ci * xs1;
+        P* d = dst + k * nr;
+        for (int64_t j = 0; j < nr; ++j) {
+          if (j >= cols) {
+            d[j] = P(0);
+            continue;
+          }
+          const int64_t ih = ih0[j] + kh * dh, iw = iw0[j] + kw * dw;
+          d[j] = (ih < 0 || ih >= H || iw < 0 || iw >= W) ? P(0) : static_cast<P>(ld(xc[ih * xs2 + iw * xs3]));
+        }
+      }
+    }
+  }
+};
 
 template <class T> using gemm_p_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
@@ -342,38 +401,17 @@ template <bp_dtype D> struct Conv2dK {
       const T* bsrc = c.in_data<T>(2);
       for (int64_t o = 0; o < O; ++o) bias[o] = static_cast<P>(ld(bsrc[lbias.offset + o * lbias.strides[0]]));
     }
-    std::vector<P> col(static_cast<size_t>(Kd * L));
     std::vector<P> tmp(std::is_same_v<T, P> ? 0 : static_cast<size_t>(Og * L));
     const int64_t xs0 = lx.strides[0], xs1 = lx.strides[1], xs2 = lx.strides[2], xs3 = lx.strides[3];
     for (int64_t n = 0; n < N; ++n) {
       for (int64_t g = 0; g < G; ++g) {
-        // im2col: row (ci, kh, kw) holds the input pixel each output reads.
-        const T* xg = x + lx.offset + n * xs0 + g * Cg * xs1;
-        pfor(c, Kd, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, L)), [&](int64_t r0, int64_t r1) {
-          for (int64_t r = r0; r < r1; ++r) {
-            const int64_t ci = r / (kH * kW), kh = (r / kW) % kH, kw = r % kW;
-            P* dst = col.data() + r * L;
-            for (int64_t oh = 0; oh < OH; ++oh) {
-              const int64_t ih = oh * sh - pt + kh * dh;
-              P* drow = dst + oh * OW;
-              if (ih < 0 || ih >= H) {
-                std::fill(drow, drow + OW, P(0));
-                continue;
-              }
-              const T* srow = xg + ci * xs1 + ih * xs2;
-              for (int64_t ow = 0; ow < OW; ++ow) {
-                const int64_t iw = ow * sw - pl + kw * dw;
-                drow[ow] = (iw < 0 || iw >= W) ? P(0) : static_cast<P>(ld(srow[iw * xs3]));
-              }
-            }
-          }
-        });
+        const Im2colB<T, P> src{x + lx.offset + n * xs0 + g * Cg * xs1, xs1, xs2, xs3, H, W, kH, kW, OW, sh, sw, pt, pl, dh, dw};
         const P* wg = wd.data() + g * Og * Kd;
         T* yg = y + (n * O + g * Og) * L;
         P* cg = nullptr;
         if constexpr (std::is_same_v<T, P>) cg = yg;
         else cg = tmp.data();
-        gemm<P, P>(c, Og, L, Kd, wg, Kd, 1, col.data(), L, 1, cg, L);
+        gemm_packed<P>(c, Og, L, Kd, StridedA<P, P>{wg, Kd, 1}, src, cg, L);
         pfor(c, Og, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, L)), [&](int64_t o0, int64_t o1) {
           for (int64_t o = o0; o < o1; ++o) {
             const P bv = bias[g * Og + o];
