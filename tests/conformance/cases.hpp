@@ -110,6 +110,10 @@ struct OpSpec {
   std::string note;  // added to the label
   bool unordered = false;  // topk sorted=false
   int64_t unordered_dim = -1;
+  // The reference for ops the built-in `reference` does not know (vendor
+  // ops such as "acme.swiglu"): logical inputs (nullptr = absent) and params
+  // to one result per output or bundle slot.
+  std::function<std::vector<RefTensor>(const std::vector<const HostTensor*>&, const Json&)> reference;
 };
 
 // What a generator gets.
@@ -136,6 +140,20 @@ class NoCases : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A vendor op brings its reference with its cases, e.g.
+//   register_op_cases("acme.twice", [](CaseContext& ctx) {
+//     for (Shape s : elementwise_shapes(ctx.large)) {
+//       OpSpec spec;
+//       spec.op = "acme.twice";
+//       spec.inputs = {{"x", ctx.kernel.in(0), s, fill_uniform(-10, 10)}};
+//       spec.reference = [](const std::vector<const HostTensor*>& in, const Json&) {
+//         RefTensor y = RefTensor::from_host(*in[0]);
+//         for (auto& v : y.f) v = 2 * v;
+//         return std::vector<RefTensor>{y};
+//       };
+//       ctx.add(spec);
+//     }
+//   });
 void register_op_cases(const std::string& op, CaseGenerator generator);
 const CaseGenerator* find_op_cases(const std::string& op);
 std::vector<std::string> registered_ops();

@@ -58,7 +58,9 @@ struct ResultRow {
   double worst_abs = 0;
   double worst_ratio = 0;  // error as a fraction of OPS.md's tolerance
   std::string first_failure;
-  bool ok() const { return cases > 0 && passed == cases; }
+  // A vendor op ("acme.x") the suite has no reference for: reported, not failed.
+  bool not_covered = false;
+  bool ok() const { return not_covered || (cases > 0 && passed == cases); }
 };
 
 struct Report {

@@ -7,6 +7,8 @@
 //   div   i32  returns 0 for a division by zero instead of an error
 //   topk  f32  breaks ties toward the higher index
 // and kernels without flaws, which must pass on every layout:
+//   selftest.twice f32  a vendor op (y = 2x) with its own shape inference;
+//                       its cases come from the test (register_op_cases)
 //   exp   f32  contiguous-only input (the planner contiguizes for it)
 //   contiguous f32, i32, i64  the strided copy
 #include <backplane/abi.h>
@@ -53,6 +55,19 @@ bp_error* contiguous_i64(const bp_kernel_context*, const bp_storage* in, size_t,
 bp_error* exp_f32(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
                   const bp_layout* layouts, const bp_op_params*) {
   return sdk::guard([&] { unary<float>(in, out, layouts, [](float v) { return std::exp(v); }); });
+}
+bp_error* twice_f32(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
+                    const bp_layout* layouts, const bp_op_params*) {
+  return sdk::guard([&] { unary<float>(in, out, layouts, [](float v) { return 2.0f * v; }); });
+}
+bp_error* infer_custom_op(bp_string op, const bp_dtype* in_dtypes, const bp_layout* in_layouts, size_t n_inputs,
+                          const bp_op_params*, bp_dtype* out_dtype, bp_layout* out_layout) {
+  return sdk::guard([&] {
+    sdk::check(sdk::to_sv(op) == "selftest.twice", BP_ERR_INVALID_ARGUMENT, "unknown vendor op");
+    sdk::check(n_inputs == 1, BP_ERR_INVALID_ARGUMENT, "selftest.twice takes one input");
+    *out_dtype = in_dtypes[0];
+    *out_layout = sdk::contiguous_layout(in_layouts[0].shape, in_layouts[0].rank);
+  });
 }
 bp_error* relu_f32(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
                    const bp_layout* layouts, const bp_op_params*) {
@@ -166,6 +181,7 @@ sdk::KernelTable& table() {
     k.add("add", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}, {S, S}, add_f32);
     k.add("div", {BP_DTYPE_I32, BP_DTYPE_I32, BP_DTYPE_I32}, {S, S}, div_i32);
     k.add("topk", {BP_DTYPE_F32, BP_DTYPE_F32}, {S}, topk_f32, 2);
+    k.add("selftest.twice", {BP_DTYPE_F32, BP_DTYPE_F32}, {S}, twice_f32);
     return k;
   }();
   return t;
@@ -226,6 +242,7 @@ const bp_plugin_api* api() {
     x.buffer_free = buffer_free;
     x.buffer_write = buffer_write;
     x.buffer_read = buffer_read;
+    x.infer_custom_op = infer_custom_op;
     return x;
   }();
   return &a;
