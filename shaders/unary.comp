@@ -83,7 +83,8 @@ CT op(CT x) {
     CT f = floor(x);
     const CT d = x - f;
     if (d > 0.5LF || (d == 0.5LF && f - 2.0LF * floor(f * 0.5LF) != 0.0LF)) f += 1.0LF;
-    return f == 0.0LF ? x * 0.0LF : f;
+    // Zero keeps x's sign (by bits: x * 0.0 may be folded to +0).
+    return f == 0.0LF ? packDouble2x32(uvec2(0u, unpackDouble2x32(x).y & 0x80000000u)) : f;
   }
 #endif
   if (OP == 15) return roundEven(x);
