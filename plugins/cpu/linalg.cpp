@@ -334,9 +334,13 @@ template <bp_dtype D> struct MatmulK {
     w.run_all([&](const int64_t* off, int64_t n, const int64_t* s) {
       for (int64_t i = 0; i < n; ++i) offs.push_back({off[0] + i * s[0], off[1] + i * s[1], off[2] + i * s[2]});
     });
+    T* y = c.out_data<T>();
+    if (K == 0) {  // empty sums; the operands may be NULL
+      for (const auto& o : offs) std::fill(y + o[2], y + o[2] + M * N, st<T>(comp_t<T>(0)));
+      return;
+    }
     const T* a = c.in_data<T>(0);
     const T* b = c.in_data<T>(1);
-    T* y = c.out_data<T>();
     const int64_t rsa = la.strides[r - 2], csa = la.strides[r - 1], rsb = lb.strides[r - 2], csb = lb.strides[r - 1];
     const double flops = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
     // Many small products: one per thread; else each product uses every thread.

@@ -148,6 +148,10 @@ void reduce_engine(const Call& c, const bp_layout& in, const bool* is_red, const
     }
   }
   if (n_out == 0) return;
+  if (n_red == 0) {  // empty reduction: the identity, without touching x (it may be NULL)
+    for (int64_t o = 0; o < n_out; ++o) r.finish(r.init(nullptr), 0, o);
+    return;
+  }
   const sdk::StridedWalker<1> rw(rank, red.shape, {&red});
   const uint32_t threads = num_threads(c);
 
@@ -392,6 +396,7 @@ template <bool Log> struct SoftmaxK {
       const bp_layout& ol = c.out_layout();
       const int dim = checked_dim(c, in, c.params->u.dim.dim);
       expect_numel(c, ol, sdk::numel(in));
+      if (sdk::numel(in) == 0) return;
       const int64_t n = in.shape[dim], s = in.strides[dim], so = ol.strides[dim];
       const T* x = c.in_data<T>(0);
       T* y = c.out_data<T>();
@@ -461,6 +466,7 @@ template <bp_dtype D> struct CumsumK {
     const bp_dim_params& p = c.params->u.dim;
     const int dim = checked_dim(c, in, p.dim);
     expect_numel(c, ol, sdk::numel(in));
+    if (sdk::numel(in) == 0) return;
     const int64_t n = in.shape[dim], s = in.strides[dim], so = ol.strides[dim];
     const T* x = c.in_data<T>(0);
     T* y = c.out_data<T>();
@@ -496,6 +502,7 @@ template <bp_dtype D> struct LayerNormK {
                std::string(c.op) + ": cannot normalise " + std::to_string(p.n_dims) + " trailing dims of rank " +
                    std::to_string(in.rank));
     expect_numel(c, c.out_layout(), sdk::numel(in));
+    if (sdk::numel(in) == 0) return;
     const uint32_t lead = in.rank - p.n_dims;
     bp_layout rows = in, inner = in;
     inner.offset = 0;
