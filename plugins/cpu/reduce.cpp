@@ -337,6 +337,26 @@ int checked_dim(const Call& c, const bp_layout& in, int32_t dim) {
   return dim;
 }
 
+// Like for_rows, but hands out runs of rows: run(offsets, count, row
+// strides). Rows adjacent in memory (row stride 1, the dim itself strided,
+// e.g. softmax over dim 0 or over channels of NCHW) are then processed side
+// by side, reading whole cache lines, instead of one strided row at a time.
+template <size_t N, class MakeRun>
+void for_row_runs(const Call& c, const bp_layout& in, int dim, const std::array<const bp_layout*, N>& lays, int64_t row_cost,
+                  MakeRun&& make_run) {
+  int64_t sh[BP_MAX_RANK] = {};
+  for (uint32_t i = 0; i < in.rank; ++i) sh[i] = in.shape[i];
+  sh[dim] = 1;
+  const sdk::StridedWalker<N> w(in.rank, sh, lays);
+  pfor(c, w.numel(), kGrain / std::max<int64_t>(1, row_cost), [&](int64_t b, int64_t e) {
+    auto run = make_run();
+    w.run(b, e, [&](const int64_t* off, int64_t n, const int64_t* st) { run(off, n, st); });
+  });
+}
+
+// Rows processed side by side in the column paths.
+constexpr int64_t kColumns = 64;
+
 template <bool Max> struct ArgK {
   template <bp_dtype D> struct K {
     static void impl(const Call& c) {
@@ -354,32 +374,63 @@ template <bool Max> struct ArgK {
       const T* x = c.in_data<T>(0);
       int64_t* y = c.out_data<int64_t>();
       const bool last = p.select_last_index;
-      for_rows<2>(c, in.rank, in.shape, dim, {&in, &ol}, n, [&] {
-        return [&](const int64_t* off) {
-          const T* row = x + off[0];
-          C best = ld(row[0]);
-          int64_t bi = 0;
+      auto row_scan = [&](const T* row) {
+        C best = ld(row[0]);
+        int64_t bi = 0;
+        if constexpr (is_float(D)) {
+          if (best != best) return bi;
+        }
+        for (int64_t i = 1; i < n; ++i) {
+          const C v = ld(row[i * s]);
           if constexpr (is_float(D)) {
-            if (best != best) {
-              y[off[1]] = 0;
-              return;
-            }
+            if (v != v) return i;  // the first NaN wins
           }
-          for (int64_t i = 1; i < n; ++i) {
-            const C v = ld(row[i * s]);
-            if constexpr (is_float(D)) {
-              if (v != v) {  // the first NaN wins
-                bi = i;
-                break;
+          const bool better = Max ? (last ? v >= best : v > best) : (last ? v <= best : v < best);
+          if (better) {
+            best = v;
+            bi = i;
+          }
+        }
+        return bi;
+      };
+      for_row_runs<2>(c, in, dim, {&in, &ol}, n, [&] {
+        return [&](const int64_t* off, int64_t cnt, const int64_t* rs) {
+          if (rs[0] != 1 || rs[1] != 1 || s == 1 || cnt < 8) {
+            for (int64_t r = 0; r < cnt; ++r) y[off[1] + r * rs[1]] = row_scan(x + off[0] + r * rs[0]);
+            return;
+          }
+          for (int64_t r0 = 0; r0 < cnt; r0 += kColumns) {
+            const int64_t R = std::min(kColumns, cnt - r0);
+            const T* x0 = x + off[0] + r0;
+            C best[kColumns];
+            int64_t bi[kColumns];
+            bool done[kColumns];
+            for (int64_t r = 0; r < R; ++r) {
+              best[r] = ld(x0[r]);
+              bi[r] = 0;
+              done[r] = false;
+              if constexpr (is_float(D)) done[r] = best[r] != best[r];
+            }
+            for (int64_t i = 1; i < n; ++i) {
+              const T* p = x0 + i * s;
+              for (int64_t r = 0; r < R; ++r) {
+                const C v = ld(p[r]);
+                if (done[r]) continue;
+                if constexpr (is_float(D)) {
+                  if (v != v) {
+                    bi[r] = i;
+                    done[r] = true;
+                    continue;
+                  }
+                }
+                if (Max ? (last ? v >= best[r] : v > best[r]) : (last ? v <= best[r] : v < best[r])) {
+                  best[r] = v;
+                  bi[r] = i;
+                }
               }
             }
-            const bool better = Max ? (last ? v >= best : v > best) : (last ? v <= best : v < best);
-            if (better) {
-              best = v;
-              bi = i;
-            }
+            for (int64_t r = 0; r < R; ++r) y[off[1] + r0 + r] = bi[r];
           }
-          y[off[1]] = bi;
         };
       });
     }
@@ -400,8 +451,62 @@ template <bool Log> struct SoftmaxK {
       const int64_t n = in.shape[dim], s = in.strides[dim], so = ol.strides[dim];
       const T* x = c.in_data<T>(0);
       T* y = c.out_data<T>();
-      for_rows<2>(c, in.rank, in.shape, dim, {&in, &ol}, 4 * n, [&] {
-        return [&, buf = std::vector<C>(static_cast<size_t>(n)), ebuf = std::vector<C>(static_cast<size_t>(n))](const int64_t* off) mutable {
+      auto exp_all = [](C* v, int64_t cnt) {
+        if constexpr (std::is_same_v<C, float>) {
+          exp_shifted(v, 0.0f, v, cnt);
+        } else {
+          for (int64_t k = 0; k < cnt; ++k) v[k] = std::exp(v[k]);
+        }
+      };
+      // Side by side: up to kColumns adjacent rows, each step along dim reads
+      // one contiguous stretch. exp is computed twice rather than stored.
+      auto columns = [&](const T* x0, T* y0, int64_t R) {
+        C m[kColumns], t[kColumns];
+        double sum[kColumns];
+        bool nan[kColumns];
+        for (int64_t r = 0; r < R; ++r) {
+          m[r] = -std::numeric_limits<C>::infinity();
+          nan[r] = false;
+          sum[r] = 0;
+        }
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t r = 0; r < R; ++r) {
+            const C v = ld(x0[i * s + r]);
+            nan[r] |= v != v;
+            m[r] = v > m[r] ? v : m[r];
+          }
+        for (int64_t r = 0; r < R; ++r)
+          if (nan[r]) m[r] = std::numeric_limits<C>::quiet_NaN();
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t r = 0; r < R; ++r) t[r] = ld(x0[i * s + r]) - m[r];
+          exp_all(t, R);
+          for (int64_t r = 0; r < R; ++r) sum[r] += static_cast<double>(t[r]);
+        }
+        if constexpr (Log) {
+          for (int64_t r = 0; r < R; ++r) t[r] = m[r] + static_cast<C>(std::log(sum[r]));
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t r = 0; r < R; ++r) y0[i * so + r] = st<T>(ld(x0[i * s + r]) - t[r]);
+        } else {
+          C inv[kColumns];
+          for (int64_t r = 0; r < R; ++r) inv[r] = static_cast<C>(1.0 / sum[r]);
+          for (int64_t i = 0; i < n; ++i) {
+            for (int64_t r = 0; r < R; ++r) t[r] = ld(x0[i * s + r]) - m[r];
+            exp_all(t, R);
+            for (int64_t r = 0; r < R; ++r) y0[i * so + r] = st<T>(t[r] * inv[r]);
+          }
+        }
+      };
+      for_row_runs<2>(c, in, dim, {&in, &ol}, 4 * n, [&] {
+        return [&, buf = std::vector<C>(), ebuf = std::vector<C>()](const int64_t* roff, int64_t cnt, const int64_t* rs) mutable {
+          if (rs[0] == 1 && rs[1] == 1 && s != 1 && cnt >= 8) {
+            for (int64_t r0 = 0; r0 < cnt; r0 += kColumns)
+              columns(x + roff[0] + r0, y + roff[1] + r0, std::min(kColumns, cnt - r0));
+            return;
+          }
+          buf.resize(static_cast<size_t>(n));
+          ebuf.resize(static_cast<size_t>(n));
+          for (int64_t rr = 0; rr < cnt; ++rr) {
+          const int64_t off[2] = {roff[0] + rr * rs[0], roff[1] + rr * rs[1]};
           const T* row = x + off[0];
           T* out = y + off[1];
           C* bp = buf.data();
@@ -450,6 +555,7 @@ template <bool Log> struct SoftmaxK {
               for (int64_t k = 0; k < n; ++k) out[k * so] = st<T>(eb[k] * inv);
             }
           }
+          }
         };
       });
     }
@@ -471,10 +577,34 @@ template <bp_dtype D> struct CumsumK {
     const T* x = c.in_data<T>(0);
     T* y = c.out_data<T>();
     const bool excl = p.exclusive, rev = p.reverse;
-    for_rows<2>(c, in.rank, in.shape, dim, {&in, &ol}, n, [&] {
-      return [&](const int64_t* off) {
-        const T* row = x + off[0];
-        T* out = y + off[1];
+    for_row_runs<2>(c, in, dim, {&in, &ol}, n, [&] {
+      return [&](const int64_t* roff, int64_t cnt, const int64_t* rs) {
+        if (rs[0] == 1 && rs[1] == 1 && s != 1 && cnt >= 8) {
+          // Side by side over adjacent rows (each step reads a contiguous stretch).
+          for (int64_t r0 = 0; r0 < cnt; r0 += kColumns) {
+            const int64_t R = std::min(kColumns, cnt - r0);
+            const T* x0 = x + roff[0] + r0;
+            T* y0 = y + roff[1] + r0;
+            A acc[kColumns] = {};
+            for (int64_t k = 0; k < n; ++k) {
+              const int64_t i = rev ? n - 1 - k : k;
+              for (int64_t r = 0; r < R; ++r) {
+                const A v = widen<D>(x0[i * s + r]);
+                if (excl) {
+                  y0[i * so + r] = narrow<D>(acc[r]);
+                  acc[r] += v;
+                } else {
+                  acc[r] += v;
+                  y0[i * so + r] = narrow<D>(acc[r]);
+                }
+              }
+            }
+          }
+          return;
+        }
+        for (int64_t rr = 0; rr < cnt; ++rr) {
+        const T* row = x + roff[0] + rr * rs[0];
+        T* out = y + roff[1] + rr * rs[1];
         A acc = 0;
         for (int64_t k = 0; k < n; ++k) {
           const int64_t i = rev ? n - 1 - k : k;
@@ -486,6 +616,7 @@ template <bp_dtype D> struct CumsumK {
             acc += v;
             out[i * so] = narrow<D>(acc);
           }
+        }
         }
       };
     });
