@@ -316,6 +316,12 @@ class Planner {
       for (const auto& s : v.slots) t.slots.push_back({s.dtype, s.shape});
       in_types.push_back(std::move(t));
     }
+    // Trailing optional inputs left out are the same as nulls: one kernel row serves both.
+    const size_t full_arity = node.op == "conv2d" ? 3 : node.op == "layer_norm" ? 3 : 0;
+    while (in_ids.size() < full_arity && !in_ids.empty()) {
+      in_ids.push_back(-1);
+      in_types.push_back({});
+    }
     std::vector<const ValueType*> in_ptrs;
     for (size_t i = 0; i < in_types.size(); ++i) in_ptrs.push_back(in_ids[i] < 0 ? nullptr : &in_types[i]);
 
