@@ -106,9 +106,15 @@ struct Call {
     sdk::check(n_in == inputs || (inputs == 0 && n_in >= 1), BP_ERR_INVALID_ARGUMENT,
                std::string(op) + ": expected " + std::to_string(inputs) + " inputs, got " + std::to_string(n_in));
     sdk::check(n_out == 1, BP_ERR_INVALID_ARGUMENT, std::string(op) + ": expected 1 output, got " + std::to_string(n_out));
+    for (size_t i = 0; i < n_in + n_out; ++i)
+      sdk::check(lay[i].rank <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT,
+                 std::string(op) + ": layout " + std::to_string(i) + " has rank " + std::to_string(lay[i].rank));
+    for (uint32_t i = 0; i < out[0].n_slots; ++i)
+      sdk::check(out[0].slots != nullptr && out[0].slots[i].layout.rank <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT,
+                 std::string(op) + ": bad bundle slot " + std::to_string(i));
     if (kind != BP_PARAMS_NONE)
-      sdk::check(params != nullptr && params->kind == kind, BP_ERR_INVALID_ARGUMENT,
-                 std::string(op) + ": wrong params variant");
+      sdk::check(params != nullptr && params->kind == kind && params->struct_size >= sizeof(bp_op_params),
+                 BP_ERR_INVALID_ARGUMENT, std::string(op) + ": wrong params variant");
   }
   // A bundled output's slot i.
   const bp_bundle_slot& slot(size_t i) const {
