@@ -20,16 +20,18 @@ namespace {
 
 // Cache-blocked walk for inputs that run along a different dim than the
 // output ("x.T + y", a transposing contiguous). Walking such an input in
-// output order touches one cache line per element, and for power-of-two
-// row lengths the lines of a tile share a few cache sets, so they are gone
-// before their neighbours are used. Instead, 32x32 tiles are copied into a
-// local buffer along the input's own unit-stride dim (each line is used
-// whole, at once) and then combined in output order.
+// output order touches one cache line per element (and one DRAM page per
+// few elements). Instead the output is cut into blocks of kBT x kBL
+// (t: the input's unit-stride dim, l: the output's last dim); each block of
+// a transposed input is first copied, 32x32 at a time and reading along its
+// own unit-stride dim in 1 KiB runs, into an L2-sized buffer laid out like
+// the output, and then every output row of the block is one unit-stride,
+// vectorisable loop over the buffer and the other inputs.
 struct Tiling {
   int t = -1, l = -1;  // the input's unit-stride dim and the output's last dim
-  int64_t nt = 0, nl = 0, tiles = 0;
+  int64_t nt = 0, nl = 0, bt = 0, bl = 0;  // sizes and block counts along t and l
 };
-constexpr int64_t kTile = 32;
+constexpr int64_t kBT = 256, kBL = 128, kSub = 32;
 
 inline bool transposed_input(const bp_layout& li, int t, int l) {
   return (li.strides[t] == 1 || li.strides[t] == -1) && (li.strides[l] > 1 || li.strides[l] < -1);
@@ -51,37 +53,55 @@ template <size_t N> Tiling plan_tiling(const std::array<const bp_layout*, N>& la
   tl.l = l;
   tl.nt = lo.shape[tl.t];
   tl.nl = lo.shape[l];
-  tl.tiles = (tl.nt + kTile - 1) / kTile;
+  tl.bt = (tl.nt + kBT - 1) / kBT;
+  tl.bl = (tl.nl + kBL - 1) / kBL;
   return tl;
 }
 
-// Runs body(base offsets, i0, i1) for every (outer position, block of kTile
-// indices along t), split over threads.
-template <size_t N, class Body>
-void for_tiles(const Call& c, const std::array<const bp_layout*, N>& lays, const Tiling& tl, int64_t grain, Body&& body) {
+// Runs body(base offsets, i0, i1, j0, j1) for every (outer position, block),
+// split over threads; make_scratch() is called once per thread chunk and its
+// result passed to body.
+template <size_t N, class MakeScratch, class Body>
+void for_blocks(const Call& c, const std::array<const bp_layout*, N>& lays, const Tiling& tl, MakeScratch&& make_scratch,
+                Body&& body) {
   const bp_layout& lo = *lays[N - 1];
   int64_t osh[BP_MAX_RANK] = {};
   for (uint32_t i = 0; i < lo.rank; ++i) osh[i] = lo.shape[i];
   osh[tl.t] = osh[tl.l] = 1;
   const sdk::StridedWalker<N> w(lo.rank, osh, lays);
-  pfor(c, w.numel() * tl.tiles, grain / (kTile * tl.nl), [&](int64_t b, int64_t e) {
+  const int64_t per = tl.bt * tl.bl;
+  pfor(c, w.numel() * per, 1, [&](int64_t b, int64_t e) {
+    auto scratch = make_scratch();
     for (int64_t task = b; task < e; ++task) {
-      const int64_t o = task / tl.tiles, i0 = (task % tl.tiles) * kTile;
+      const int64_t o = task / per, blk = task % per;
+      const int64_t i0 = (blk / tl.bl) * kBT, j0 = (blk % tl.bl) * kBL;
       std::array<int64_t, N> base{};
       w.run(o, o + 1, [&](const int64_t* off, int64_t, const int64_t*) {
         for (size_t k = 0; k < N; ++k) base[k] = off[k];
       });
-      body(base.data(), i0, std::min(tl.nt, i0 + kTile));
+      body(scratch, base.data(), i0, std::min(tl.nt, i0 + kBT), j0, std::min(tl.nl, j0 + kBL));
     }
   });
 }
 
-// Copies the tile [i0, i1) x [j0, j1) of a transposed input into buf[i][j],
-// reading along the input's unit-stride dim.
+// Copies the block [i0, i1) x [j0, j1) of a transposed input into
+// buf[(i - i0) * kBL + (j - j0)]: 32x32 sub-tiles, each read along the
+// input's unit-stride dim i, the next sub-tile's lines prefetched.
 template <class T>
-inline void gather_tile(const T* p, int64_t st, int64_t sl, int64_t i0, int64_t i1, int64_t j0, int64_t j1, T* buf) {
-  for (int64_t j = j0; j < j1; ++j)
-    for (int64_t i = i0; i < i1; ++i) buf[(i - i0) * kTile + (j - j0)] = p[i * st + j * sl];
+void gather_block(const T* p, int64_t st, int64_t sl, int64_t i0, int64_t i1, int64_t j0, int64_t j1, T* buf) {
+  for (int64_t jj = j0; jj < j1; jj += kSub) {
+    const int64_t je = std::min(j1, jj + kSub);
+    for (int64_t ii = i0; ii < i1; ii += kSub) {
+      const int64_t ie = std::min(i1, ii + kSub);
+      if (ie < i1)
+        for (int64_t j = jj; j < je; ++j) __builtin_prefetch(p + ie * st + j * sl);
+      T* bb = buf + (ii - i0) * kBL;
+      for (int64_t j = jj; j < je; ++j) {
+        const T* src = p + j * sl;
+        for (int64_t i = ii; i < ie; ++i) bb[(i - ii) * kBL + (j - j0)] = src[i * st];
+      }
+    }
+  }
 }
 
 template <class TI, class TO, class F> void map1(const Call& c, F f, int64_t grain) {
@@ -91,18 +111,15 @@ template <class TI, class TO, class F> void map1(const Call& c, F f, int64_t gra
   TO* y = c.out_data<TO>();
   if (const Tiling tl = plan_tiling<2>({&li, &lo}); tl.t >= 0) {
     const int64_t xt = li.strides[tl.t], xl = li.strides[tl.l], yt = lo.strides[tl.t];
-    for_tiles<2>(c, {&li, &lo}, tl, grain, [&](const int64_t* base, int64_t i0, int64_t i1) {
-      TI buf[kTile * kTile];
-      for (int64_t j0 = 0; j0 < tl.nl; j0 += kTile) {
-        const int64_t j1 = std::min(tl.nl, j0 + kTile);
-        gather_tile(x + base[0], xt, xl, i0, i1, j0, j1, buf);
-        for (int64_t i = i0; i < i1; ++i) {
-          TO* yr = y + base[1] + i * yt + j0;
-          const TI* br = buf + (i - i0) * kTile;
-          for (int64_t j = 0; j < j1 - j0; ++j) yr[j] = f(br[j]);
-        }
-      }
-    });
+    for_blocks<2>(c, {&li, &lo}, tl, [] { return std::vector<TI>(kBT * kBL); },
+                  [&](std::vector<TI>& buf, const int64_t* base, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+                    gather_block(x + base[0], xt, xl, i0, i1, j0, j1, buf.data());
+                    for (int64_t i = i0; i < i1; ++i) {
+                      TO* __restrict yr = y + base[1] + i * yt + j0;
+                      const TI* __restrict br = buf.data() + (i - i0) * kBL;
+                      for (int64_t j = 0; j < j1 - j0; ++j) yr[j] = f(br[j]);
+                    }
+                  });
     return;
   }
   const sdk::StridedWalker<2> w(lo.rank, lo.shape, {&li, &lo});
@@ -122,6 +139,24 @@ template <class TI, class TO, class F> void map1(const Call& c, F f, int64_t gra
   });
 }
 
+// One output run of a binary op with the input strides sa, sb (the output
+// is unit-stride): the common stride patterns get loops of their own.
+template <class TA, class TB, class TO, class F>
+inline void binary_run(const TA* __restrict ap, int64_t sa, const TB* __restrict bp, int64_t sb, TO* __restrict yp,
+                       int64_t n, F& f) {
+  if (sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) yp[i] = f(ap[i], bp[i]);
+  } else if (sa == 1 && sb == 0) {
+    const TB bv = *bp;
+    for (int64_t i = 0; i < n; ++i) yp[i] = f(ap[i], bv);
+  } else if (sa == 0 && sb == 1) {
+    const TA av = *ap;
+    for (int64_t i = 0; i < n; ++i) yp[i] = f(av, bp[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) yp[i] = f(ap[i * sa], bp[i * sb]);
+  }
+}
+
 template <class TA, class TB, class TO, class F> void map2(const Call& c, F f, int64_t grain) {
   const bp_layout& la = c.in_layout(0);
   const bp_layout& lb = c.in_layout(1);
@@ -133,41 +168,36 @@ template <class TA, class TB, class TO, class F> void map2(const Call& c, F f, i
     const int64_t at = la.strides[tl.t], al = la.strides[tl.l], bt = lb.strides[tl.t], bl = lb.strides[tl.l];
     const int64_t yt = lo.strides[tl.t];
     const bool ga = transposed_input(la, tl.t, tl.l), gb = transposed_input(lb, tl.t, tl.l);
-    for_tiles<3>(c, {&la, &lb, &lo}, tl, grain, [&](const int64_t* base, int64_t i0, int64_t i1) {
-      TA abuf[kTile * kTile];
-      TB bbuf[kTile * kTile];
-      for (int64_t j0 = 0; j0 < tl.nl; j0 += kTile) {
-        const int64_t j1 = std::min(tl.nl, j0 + kTile);
-        if (ga) gather_tile(a + base[0], at, al, i0, i1, j0, j1, abuf);
-        if (gb) gather_tile(b + base[1], bt, bl, i0, i1, j0, j1, bbuf);
-        const int64_t as = ga ? 1 : al, bs = gb ? 1 : bl;
-        for (int64_t i = i0; i < i1; ++i) {
-          TO* yr = y + base[2] + i * yt + j0;
-          const TA* ar = ga ? abuf + (i - i0) * kTile : a + base[0] + i * at + j0 * al;
-          const TB* br = gb ? bbuf + (i - i0) * kTile : b + base[1] + i * bt + j0 * bl;
-          for (int64_t j = 0; j < j1 - j0; ++j) yr[j] = f(ar[j * as], br[j * bs]);
-        }
-      }
-    });
+    struct Scratch {
+      std::vector<TA> a;
+      std::vector<TB> b;
+    };
+    for_blocks<3>(
+        c, {&la, &lb, &lo}, tl,
+        [&] { return Scratch{std::vector<TA>(ga ? kBT * kBL : 0), std::vector<TB>(gb ? kBT * kBL : 0)}; },
+        [&](Scratch& sc, const int64_t* base, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+          if (ga) gather_block(a + base[0], at, al, i0, i1, j0, j1, sc.a.data());
+          if (gb) gather_block(b + base[1], bt, bl, i0, i1, j0, j1, sc.b.data());
+          const int64_t as = ga ? 1 : al, bs = gb ? 1 : bl;
+          for (int64_t i = i0; i < i1; ++i) {
+            const TA* ar = ga ? sc.a.data() + (i - i0) * kBL : a + base[0] + i * at + j0 * al;
+            const TB* br = gb ? sc.b.data() + (i - i0) * kBL : b + base[1] + i * bt + j0 * bl;
+            binary_run(ar, as, br, bs, y + base[2] + i * yt + j0, j1 - j0, f);
+          }
+        });
     return;
   }
   const sdk::StridedWalker<3> w(lo.rank, lo.shape, {&la, &lb, &lo});
   pfor(c, w.numel(), grain, [&](int64_t lo_, int64_t hi_) {
     w.run(lo_, hi_, [&](const int64_t* off, int64_t n, const int64_t* s) {
+      if (s[2] == 1) {
+        binary_run(a + off[0], s[0], b + off[1], s[1], y + off[2], n, f);
+        return;
+      }
       const TA* ap = a + off[0];
       const TB* bp = b + off[1];
       TO* yp = y + off[2];
-      if (s[2] == 1 && s[0] == 1 && s[1] == 1) {
-        for (int64_t i = 0; i < n; ++i) yp[i] = f(ap[i], bp[i]);
-      } else if (s[2] == 1 && s[0] == 1 && s[1] == 0) {
-        const TB bv = *bp;
-        for (int64_t i = 0; i < n; ++i) yp[i] = f(ap[i], bv);
-      } else if (s[2] == 1 && s[0] == 0 && s[1] == 1) {
-        const TA av = *ap;
-        for (int64_t i = 0; i < n; ++i) yp[i] = f(av, bp[i]);
-      } else {
-        for (int64_t i = 0; i < n; ++i) yp[i * s[2]] = f(ap[i * s[0]], bp[i * s[1]]);
-      }
+      for (int64_t i = 0; i < n; ++i) yp[i * s[2]] = f(ap[i * s[0]], bp[i * s[1]]);
     });
   });
 }

@@ -5,6 +5,7 @@
 // from the end, anything else out of range is an error naming the op, the
 // index and the size.
 #include "kernels.hpp"
+#include "rowops.hpp"
 
 #include <algorithm>
 
@@ -202,6 +203,7 @@ template <bp_dtype D> struct TopkK {
     // elements lose against the current k-th and cost one comparison.
     // Large k: nth_element on the row, then sort the head.
     const bool small = k <= 32;
+    [[maybe_unused]] const bool fast = rows::enabled();
     for_rows<3>(c, in.rank, in.shape, dim, {&in, &sv.layout, &si.layout}, n, [&] {
       return [&, bv = std::vector<C>(static_cast<size_t>(small ? k : n)),
               bi = std::vector<int64_t>(static_cast<size_t>(small ? k : n))](const int64_t* off) mutable {
@@ -209,6 +211,13 @@ template <bp_dtype D> struct TopkK {
         if (small) {
           int64_t cnt = 0;
           for (int64_t i = 0; i < n; ++i) {
+            if constexpr (D == BP_DTYPE_F32) {
+              // Skip, 16 at a time, the elements that lose to the current k-th.
+              if (cnt == k && s == 1 && fast) {
+                i = rows::find_contender(row, i, n, bv[k - 1], p.largest);
+                if (i == n) break;
+              }
+            }
             const C v = ld(row[i * s]);
             if (cnt == k) {
               // One comparison rejects most elements; NaNs (either side)

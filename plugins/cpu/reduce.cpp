@@ -12,6 +12,7 @@
 //    cut into fixed chunks whose partials are merged in order (deterministic).
 // f32 and the half types accumulate in double, integers in wrapping uint64.
 #include "kernels.hpp"
+#include "rowops.hpp"
 #include "vecmath.hpp"
 
 #include <algorithm>
@@ -35,9 +36,13 @@ template <bp_dtype D> inline st_t<D> narrow(sum_acc_t<D> a) {
   else return static_cast<T>(a);  // modular: integers wrap
 }
 
+// Which rows:: primitive serves a reducer on contiguous f32 runs.
+enum class Fast { none, sum, moments };
+
 template <bp_dtype D> struct SumR {
   using T = st_t<D>;
   using A = sum_acc_t<D>;
+  static constexpr Fast fast = D == BP_DTYPE_F32 ? Fast::sum : Fast::none;
   T* y;
   A init(const T*) const { return A(0); }
   A ident(const A&) const { return A(0); }
@@ -55,6 +60,7 @@ template <bp_dtype D> struct MeanR : SumR<D> {
 template <bp_dtype D> struct ProdR {
   using T = st_t<D>;
   using A = sum_acc_t<D>;
+  static constexpr Fast fast = Fast::none;
   T* y;
   A init(const T*) const { return A(1); }
   A ident(const A&) const { return A(1); }
@@ -66,6 +72,7 @@ template <bp_dtype D> struct ProdR {
 template <bp_dtype D, bool Max> struct ExtremeR {
   using T = st_t<D>;
   using A = comp_t<T>;
+  static constexpr Fast fast = Fast::none;
   T* y;
   A init(const T* first) const { return first ? ld(*first) : A(0); }
   A ident(const A& a) const { return a; }
@@ -89,6 +96,7 @@ struct Moments {
 template <bp_dtype D> struct VarMeanR {
   using T = st_t<D>;
   using A = Moments;
+  static constexpr Fast fast = D == BP_DTYPE_F32 ? Fast::moments : Fast::none;
   T* var;
   T* mean;
   double correction;
@@ -118,6 +126,13 @@ template <bp_dtype D> struct VarMeanR {
 
 template <class R> void accumulate_run(const R& r, typename R::A& acc, const typename R::T* p, int64_t n, int64_t s) {
   using A = typename R::A;
+  if constexpr (R::fast != Fast::none) {
+    if (s == 1 && rows::enabled()) {
+      if constexpr (R::fast == Fast::sum) acc += rows::sum(p, n);
+      else rows::moments(p, n, acc.k, &acc.s1, &acc.s2);
+      return;
+    }
+  }
   if (s == 1 && n >= 32) {
     A lanes[8];
     for (auto& l : lanes) l = r.ident(acc);
@@ -196,6 +211,12 @@ void reduce_engine(const Call& c, const bp_layout& in, const bool* is_red, const
         const typename R::T* p0 = tile_base(t / chunks, o, j0, tn);
         for (int64_t j = 0; j < tn; ++j) acc[j] = chunks == 1 ? r.init(p0 + j) : r.ident(r.init(p0 + j));
         rw.run(ch * chunk, std::min(n_red, (ch + 1) * chunk), [&](const int64_t* off, int64_t n, const int64_t* st) {
+          if constexpr (R::fast == Fast::sum) {
+            if (rows::enabled()) {
+              rows::add_rows_to(acc.data(), p0 + off[0], st[0], n, tn);
+              return;
+            }
+          }
           for (int64_t i = 0; i < n; ++i) {
             const typename R::T* p = p0 + off[0] + i * st[0];
             A* a = acc.data();
@@ -505,6 +526,27 @@ template <bool Log> struct SoftmaxK {
           }
           buf.resize(static_cast<size_t>(n));
           ebuf.resize(static_cast<size_t>(n));
+          if constexpr (D == BP_DTYPE_F32) {
+            if (s == 1 && so == 1 && rows::enabled()) {
+              // Three passes over a row that stays in cache: max, exp (into
+              // the output, or scratch for log_softmax) with its sum, scale.
+              for (int64_t rr = 0; rr < cnt; ++rr) {
+                const float* row = x + roff[0] + rr * rs[0];
+                float* out = y + roff[1] + rr * rs[1];
+                bool nan = false;
+                float m = rows::max(row, n, &nan);
+                if (nan) m = std::numeric_limits<float>::quiet_NaN();
+                if constexpr (Log) {
+                  const float ls = static_cast<float>(std::log(rows::exp_sum(row, m, ebuf.data(), n)));
+                  for (int64_t k = 0; k < n; ++k) out[k] = row[k] - m - ls;
+                } else {
+                  const double sum = rows::exp_sum(row, m, out, n);
+                  rows::scale(out, static_cast<float>(1.0 / sum), n);
+                }
+              }
+              return;
+            }
+          }
           for (int64_t rr = 0; rr < cnt; ++rr) {
           const int64_t off[2] = {roff[0] + rr * rs[0], roff[1] + rr * rs[1]};
           const T* row = x + off[0];

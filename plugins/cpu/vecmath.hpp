@@ -12,39 +12,46 @@ namespace backplane::cpu {
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
 
-// out[0..4) = exp(in[0..4) - shift) within ~2 ulp (Cephes expf: reduce by
-// ln2, degree-6 polynomial, scale by 2^n through the exponent bits in two
-// halves so neither leaves the normal range). NaN propagates, overflow gives
-// inf; results below e^-86 (4.4e-38, near the smallest normal float) are
-// exactly 0, so no step ever touches a subnormal (which costs ~100 cycles).
-// Pointers, not vector arguments, so the ABI does not depend on the ISA.
-inline void exp4_block(const float* in, float shift, float* out) {
-  v4f x;
-  std::memcpy(&x, in, sizeof x);
-  x = x - shift;
-  const v4f lo = v4f{} - 86.0f, hi = v4f{} + 88.72283f;
-  v4f xc = x < lo ? lo : x;
+// exp(x) lane-wise within ~2 ulp (Cephes expf: reduce by ln2, degree-6
+// polynomial, scale by 2^n through the exponent bits in two halves so
+// neither leaves the normal range). NaN propagates, overflow gives inf;
+// results below e^-86 (4.4e-38, near the smallest normal float) are exactly
+// 0, so no step ever touches a subnormal (which costs ~100 cycles).
+// V is a float vector type and VI the int32 vector of the same lane count;
+// instantiated at 4 lanes for baseline code and at 8 inside avx2 functions.
+template <class V, class VI> [[gnu::always_inline]] inline V exp_lanes(V x) {
+  const V lo = V{} - 86.0f, hi = V{} + 88.72283f;
+  V xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
-  const v4f magic = v4f{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const v4f n = (xc * 1.44269504088896341f + magic) - magic;
-  v4f r = xc - n * 0.693359375f;
+  const V magic = V{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const V n = (xc * 1.44269504088896341f + magic) - magic;
+  V r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  v4f p = v4f{} + 1.9875691500e-4f;
+  V p = V{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const v4i ni = __builtin_convertvector(n, v4i);
-  const v4i n1 = ni >> 1, n2 = ni - n1;
-  const v4i e1 = (n1 + 127) << 23, e2 = (n2 + 127) << 23;
-  v4f s1, s2;
+  const VI ni = __builtin_convertvector(n, VI);
+  const VI n1 = ni >> 1, n2 = ni - n1;
+  const VI e1 = (n1 + 127) << 23, e2 = (n2 + 127) << 23;
+  V s1, s2;
   std::memcpy(&s1, &e1, sizeof s1);
   std::memcpy(&s2, &e2, sizeof s2);
-  v4f y = p * s1 * s2;
-  y = x < lo ? v4f{} : y;
-  y = x > hi ? v4f{} + __builtin_inff() : y;
+  V y = p * s1 * s2;
+  y = x < lo ? V{} : y;
+  y = x > hi ? V{} + __builtin_inff() : y;
+  return y;
+}
+
+// out[0..4) = exp(in[0..4) - shift). Pointers, not vector arguments, so the
+// ABI does not depend on the ISA.
+inline void exp4_block(const float* in, float shift, float* out) {
+  v4f x;
+  std::memcpy(&x, in, sizeof x);
+  const v4f y = exp_lanes<v4f, v4i>(x - shift);
   std::memcpy(out, &y, sizeof y);
 }
 

@@ -1,0 +1,195 @@
+// AVX2+FMA bodies of rowops.hpp. Only the functions below carry the target
+// attribute; the file is compiled for baseline x86-64 like the rest, and
+// nothing here runs unless initialize picked avx2 or wider.
+#include "rowops.hpp"
+
+#include "kernels.hpp"
+#include "vecmath.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace backplane::cpu::rows {
+
+bool enabled() {
+#if defined(__x86_64__)
+  return isa() >= Isa::avx2;
+#else
+  return false;
+#endif
+}
+
+#if defined(__x86_64__)
+#define BP_AVX2 __attribute__((target("avx2,fma")))
+
+namespace {
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef double v4d __attribute__((vector_size(32)));
+
+template <class V, class P> BP_AVX2 [[gnu::always_inline]] inline V load(const P* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V, class P> BP_AVX2 [[gnu::always_inline]] inline void store(P* p, V v) { std::memcpy(p, &v, sizeof v); }
+
+BP_AVX2 [[gnu::always_inline]] inline v4d widen4(const float* p) { return __builtin_convertvector(load<v4f>(p), v4d); }
+BP_AVX2 [[gnu::always_inline]] inline double hsum(v4d a) { return (a[0] + a[1]) + (a[2] + a[3]); }
+
+}  // namespace
+
+BP_AVX2 double sum(const float* x, int64_t n) {
+  v4d a0{}, a1{}, a2{}, a3{};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 += widen4(x + i);
+    a1 += widen4(x + i + 4);
+    a2 += widen4(x + i + 8);
+    a3 += widen4(x + i + 12);
+  }
+  for (; i + 4 <= n; i += 4) a0 += widen4(x + i);
+  double s = hsum((a0 + a1) + (a2 + a3));
+  for (; i < n; ++i) s += static_cast<double>(x[i]);
+  return s;
+}
+
+BP_AVX2 void moments(const float* x, int64_t n, double k, double* s1, double* s2) {
+  const v4d kv = v4d{} + k;
+  v4d a0{}, a1{}, q0{}, q1{};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const v4d d0 = widen4(x + i) - kv, d1 = widen4(x + i + 4) - kv;
+    a0 += d0;
+    a1 += d1;
+    q0 += d0 * d0;
+    q1 += d1 * d1;
+  }
+  double t1 = hsum(a0 + a1), t2 = hsum(q0 + q1);
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - k;
+    t1 += d;
+    t2 += d * d;
+  }
+  *s1 += t1;
+  *s2 += t2;
+}
+
+BP_AVX2 void add_rows_to(double* acc, const float* x, int64_t stride, int64_t rows, int64_t n) {
+  int64_t r = 0;
+  // Four rows per pass over acc: one read-modify-write of acc per 4 rows,
+  // the same additions in the same order as one row at a time.
+  for (; r + 4 <= rows; r += 4) {
+    const float* x0 = x + r * stride;
+    const float* x1 = x0 + stride;
+    const float* x2 = x1 + stride;
+    const float* x3 = x2 + stride;
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      v4d a = load<v4d>(acc + j);
+      a += widen4(x0 + j);
+      a += widen4(x1 + j);
+      a += widen4(x2 + j);
+      a += widen4(x3 + j);
+      store(acc + j, a);
+    }
+    for (; j < n; ++j)
+      acc[j] = (((acc[j] + static_cast<double>(x0[j])) + static_cast<double>(x1[j])) + static_cast<double>(x2[j])) +
+               static_cast<double>(x3[j]);
+  }
+  for (; r < rows; ++r) {
+    const float* xr = x + r * stride;
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) store(acc + j, load<v4d>(acc + j) + widen4(xr + j));
+    for (; j < n; ++j) acc[j] += static_cast<double>(xr[j]);
+  }
+}
+
+BP_AVX2 float max(const float* x, int64_t n, bool* nan) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  v8f m0 = v8f{} + ninf, m1 = m0;
+  v8i bad{};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const v8f v0 = load<v8f>(x + i), v1 = load<v8f>(x + i + 8);
+    bad |= (v0 != v0) | (v1 != v1);
+    m0 = v0 > m0 ? v0 : m0;
+    m1 = v1 > m1 ? v1 : m1;
+  }
+  m0 = m1 > m0 ? m1 : m0;
+  float m = ninf;
+  bool any_nan = false;
+  for (int k = 0; k < 8; ++k) {
+    m = m0[k] > m ? m0[k] : m;
+    any_nan |= bad[k] != 0;
+  }
+  for (; i < n; ++i) {
+    any_nan |= x[i] != x[i];
+    m = x[i] > m ? x[i] : m;
+  }
+  *nan = any_nan;
+  return m;
+}
+
+BP_AVX2 double exp_sum(const float* x, float m, float* y, int64_t n) {
+  v4d a0{}, a1{};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const v8f e = exp_lanes<v8f, v8i>(load<v8f>(x + i) - m);
+    store(y + i, e);
+    float h[8];
+    store(h, e);
+    a0 += widen4(h);
+    a1 += widen4(h + 4);
+  }
+  double s = hsum(a0 + a1);
+  if (i < n) {
+    float in[8] = {0, 0, 0, 0, 0, 0, 0, 0}, out[8];
+    std::memcpy(in, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    store(out, exp_lanes<v8f, v8i>(load<v8f>(in) - m));
+    for (int64_t k = 0; k < n - i; ++k) {
+      y[i + k] = out[k];
+      s += static_cast<double>(out[k]);
+    }
+  }
+  return s;
+}
+
+BP_AVX2 void scale(float* y, float s, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store(y + i, load<v8f>(y + i) * s);
+  for (; i < n; ++i) y[i] *= s;
+}
+
+BP_AVX2 int64_t find_contender(const float* x, int64_t i, int64_t n, float thr, bool largest) {
+  const v8f t = v8f{} + thr;
+  for (; i + 16 <= n; i += 16) {
+    const v8f v0 = load<v8f>(x + i), v1 = load<v8f>(x + i + 8);
+    // Lanes that lose are all-ones; a NaN lane compares false and stops.
+    const v8i lose = largest ? ((v0 <= t) & (v1 <= t)) : ((v0 >= t) & (v1 >= t));
+    bool all = true;
+    for (int k = 0; k < 8; ++k) all &= lose[k] != 0;
+    if (!all) break;
+  }
+  for (; i < n; ++i)
+    if (largest ? !(x[i] <= thr) : !(x[i] >= thr)) return i;
+  return n;
+}
+
+#undef BP_AVX2
+
+#else  // not x86-64: enabled() is false and nothing below is called.
+
+double sum(const float*, int64_t) { return 0; }
+void moments(const float*, int64_t, double, double*, double*) {}
+void add_rows_to(double*, const float*, int64_t, int64_t, int64_t) {}
+float max(const float*, int64_t, bool*) { return 0; }
+double exp_sum(const float*, float, float*, int64_t) { return 0; }
+void scale(float*, float, int64_t) {}
+int64_t find_contender(const float*, int64_t, int64_t n, float, bool) { return n; }
+
+#endif
+
+}  // namespace backplane::cpu::rows

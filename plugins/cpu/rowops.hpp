@@ -1,0 +1,32 @@
+// Row primitives for contiguous f32 data, written for AVX2+FMA: the hot
+// inner loops of sum, mean, var_mean, softmax and topk. The generic kernels
+// call them when rows::enabled() (the ISA picked at initialize is avx2 or
+// wider) and keep their own portable loops otherwise, so the baseline path
+// stays exercised by BACKPLANE_CPU_ISA=baseline.
+//
+// Float data is accumulated in double, as in the portable loops.
+#pragma once
+
+#include <cstdint>
+
+namespace backplane::cpu::rows {
+
+bool enabled();
+
+// The sum of x[0..n).
+double sum(const float* x, int64_t n);
+// s1 += sum(x - k), s2 += sum((x - k)^2) over x[0..n).
+void moments(const float* x, int64_t n, double k, double* s1, double* s2);
+// acc[j] += x[r * stride + j] for r = 0..rows-1 in order, j = 0..n-1.
+void add_rows_to(double* acc, const float* x, int64_t stride, int64_t rows, int64_t n);
+// The largest of x[0..n) (n >= 1); *nan tells whether any was NaN.
+float max(const float* x, int64_t n, bool* nan);
+// y[i] = exp(x[i] - m); returns the sum of the y (y may be x).
+double exp_sum(const float* x, float m, float* y, int64_t n);
+// y[i] *= s.
+void scale(float* y, float s, int64_t n);
+// The first index in [i, n) whose value does not lose to thr (for largest:
+// not x <= thr, so NaN stops too; for smallest: not x >= thr), or n.
+int64_t find_contender(const float* x, int64_t i, int64_t n, float thr, bool largest);
+
+}  // namespace backplane::cpu::rows
