@@ -195,15 +195,39 @@ bool Device::supports_dtype(bp_dtype dt) const {
 
 // ---------------------------------------------------------------------------
 
-Context& Context::get() {
-  static Context c;
-  return c;
+namespace {
+// Trivially destructible: nothing runs here at process exit.
+Context* g_context = nullptr;
+}  // namespace
+
+Context* Context::current() { return g_context; }
+
+void Context::create(const bp_host_api* host) {
+  if (g_context) return;
+  g_host = host;
+  std::unique_ptr<Context> c(new Context());
+  try {
+    c->initialize();
+  } catch (...) {
+    c.reset();  // devices, then the instance
+    g_host = nullptr;
+    throw;
+  }
+  g_context = c.release();
 }
 
-void Context::initialize(const bp_host_api* host) {
-  if (initialized_) return;
-  g_host = host;
+void Context::destroy() {
+  delete g_context;
+  g_context = nullptr;
+  g_host = nullptr;
+}
 
+Context::~Context() {
+  devices_.clear();
+  if (instance_) vkDestroyInstance(instance_, nullptr);
+}
+
+void Context::initialize() {
   uint32_t api = VK_API_VERSION_1_1;
   auto enum_version =
       reinterpret_cast<PFN_vkEnumerateInstanceVersion>(vkGetInstanceProcAddr(nullptr, "vkEnumerateInstanceVersion"));
@@ -225,7 +249,6 @@ void Context::initialize(const bp_host_api* host) {
     // No Vulkan driver: the plugin works, with zero devices.
     log(BP_LOG_INFO, std::string("vulkan: no Vulkan driver (") + vk_result_name(r) + "), no devices");
     instance_ = VK_NULL_HANDLE;
-    initialized_ = true;
     return;
   }
   vk_check(r, "vkCreateInstance");
@@ -251,19 +274,9 @@ void Context::initialize(const bp_host_api* host) {
       log(BP_LOG_WARNING, std::string("vulkan: skipping ") + p.deviceName + ": " + e.what());
     }
   }
-  initialized_ = true;
-}
-
-void Context::shutdown() {
-  devices_.clear();
-  if (instance_) vkDestroyInstance(instance_, nullptr);
-  instance_ = VK_NULL_HANDLE;
-  initialized_ = false;
-  g_host = nullptr;
 }
 
 Device& Context::device(uint32_t i) {
-  check(initialized_, BP_ERR_UNAVAILABLE, "vulkan: plugin not initialized");
   check(i < devices_.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: no device " + std::to_string(i));
   return *devices_[i];
 }

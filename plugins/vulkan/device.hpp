@@ -52,20 +52,32 @@ class Device {
   bool supports_dtype(bp_dtype dt) const;
 };
 
-// Process-wide state between initialize() and shutdown().
+// Process-wide state, created by the plugin's initialize() and destroyed by
+// its shutdown(). Held through a plain pointer, never a static object: a host
+// that keeps its Runtime in a static shuts the plugin down at process exit,
+// after the plugin's own static destructors have run, so no static destructor
+// may own (or do) Vulkan work.
 class Context {
  public:
-  static Context& get();
-  void initialize(const bp_host_api* host);
-  void shutdown();
-  bool initialized() const { return initialized_; }
+  // The live context, or nullptr outside initialize() .. shutdown().
+  static Context* current();
+  // Creates the context once (a second call while it lives does nothing).
+  static void create(const bp_host_api* host);
+  // Destroys the context (devices, then the instance); safe when there is none.
+  static void destroy();
+
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
   uint32_t device_count() const { return static_cast<uint32_t>(devices_.size()); }
   Device& device(uint32_t i);
 
  private:
-  bool initialized_ = false;
+  Context() = default;
+  void initialize();
+
   VkInstance instance_ = VK_NULL_HANDLE;
-  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
   std::vector<std::unique_ptr<Device>> devices_;
 };
 

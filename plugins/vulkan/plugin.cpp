@@ -9,22 +9,27 @@ namespace {
 using namespace bpvk;
 
 bp_error* api_initialize(const bp_host_api* host) {
-  return sdk::guard([&] { Context::get().initialize(host); });
+  return sdk::guard([&] { Context::create(host); });
 }
 
 void api_shutdown() {
   try {
-    Context::get().shutdown();
+    Context::destroy();
   } catch (...) {
   }
 }
 
-uint32_t api_device_count() { return Context::get().initialized() ? Context::get().device_count() : 0; }
+uint32_t api_device_count() {
+  const Context* c = Context::current();
+  return c ? c->device_count() : 0;
+}
 
 bp_error* api_device_get(uint32_t index, bp_device** out) {
   return sdk::guard([&] {
     check(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_get without out_device");
-    *out = Context::get().device(index).handle();
+    Context* c = Context::current();
+    check(c != nullptr, BP_ERR_UNAVAILABLE, "vulkan: plugin not initialized");
+    *out = c->device(index).handle();
   });
 }
 
