@@ -3,6 +3,7 @@
 // strides; and a vendor op, acme.swiglu, with its own shape inference:
 //   x [..., 2H] -> y [..., H],  y = silu(x[..., :H]) * x[..., H:]
 #include <backplane/abi.h>
+#include <backplane/sdk/api.hpp>
 #include <backplane/sdk/plugin.hpp>
 
 #include <cmath>
@@ -125,45 +126,14 @@ bp_error* device_info(bp_device*, bp_device_info* info) {
   info->buffer_alignment = 64;
   return nullptr;
 }
-bp_error* buffer_allocate(bp_device*, uint64_t size, bp_buffer* out) {
-  void* p = std::aligned_alloc(64, (size + 63) / 64 * 64);
-  if (!p) return sdk::make_error(BP_ERR_OUT_OF_MEMORY, "acme: out of memory");
-  out->handle = reinterpret_cast<uint64_t>(p);
-  out->host_ptr = p;
-  out->size = size;
-  return nullptr;
-}
-void buffer_free(bp_device*, uint64_t h) { std::free(reinterpret_cast<void*>(h)); }
-bp_error* buffer_write(bp_device*, uint64_t h, uint64_t off, const void* src, uint64_t n) {
-  std::memcpy(reinterpret_cast<char*>(h) + off, src, n);
-  return nullptr;
-}
-bp_error* buffer_read(bp_device*, uint64_t h, uint64_t off, void* dst, uint64_t n) {
-  std::memcpy(dst, reinterpret_cast<const char*>(h) + off, n);
-  return nullptr;
-}
-
 bp_plugin_api make_api() {
-  bp_plugin_api a{};
-  a.struct_size = sizeof a;
-  a.abi_major = BP_ABI_VERSION_MAJOR;
-  a.abi_minor = BP_ABI_VERSION_MINOR;
-  a.name = sdk::to_bp("acme");
-  a.version = sdk::to_bp("1.0.0");
-  a.kernels = kernels().data();
-  a.n_kernels = kernels().size();
-  a.error_code = sdk::error_code;
-  a.error_message = sdk::error_message;
-  a.error_destroy = sdk::error_destroy;
+  bp_plugin_api a = sdk::api_table("acme", "1.0.0", kernels());  // name and version as in the manifest
   a.initialize = initialize;
   a.shutdown = shutdown;
   a.device_count = device_count;
   a.device_get = device_get;
   a.device_info = device_info;
-  a.buffer_allocate = buffer_allocate;
-  a.buffer_free = buffer_free;
-  a.buffer_write = buffer_write;
-  a.buffer_read = buffer_read;
+  sdk::HostBuffers<64>::install(a);  // the device works on host memory
   a.infer_custom_op = infer_custom_op;
   return a;
 }

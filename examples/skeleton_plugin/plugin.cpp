@@ -2,6 +2,7 @@
 // replace them one by one, keeping the manifest (skeleton.json) equal to the
 // kernel table (`backplane manifest <lib> --check skeleton.json` tells).
 #include <backplane/abi.h>
+#include <backplane/sdk/api.hpp>
 #include <backplane/sdk/plugin.hpp>
 
 namespace sdk = backplane::sdk;
@@ -41,18 +42,11 @@ void buffer_free(bp_device*, uint64_t) {}
 bp_error* buffer_write(bp_device*, uint64_t, uint64_t, const void*, uint64_t) { return unimplemented("buffer_write"); }
 bp_error* buffer_read(bp_device*, uint64_t, uint64_t, void*, uint64_t) { return unimplemented("buffer_read"); }
 
+// The table: size, ABI version, name, version, kernels and error functions
+// from the SDK, then the plugin's own functions. (A device working on host
+// memory can take sdk::HostBuffers<>::install(a) for its buffer functions.)
 bp_plugin_api make_api() {
-  bp_plugin_api a{};
-  a.struct_size = sizeof a;
-  a.abi_major = BP_ABI_VERSION_MAJOR;
-  a.abi_minor = BP_ABI_VERSION_MINOR;
-  a.name = sdk::to_bp("skeleton");  // must equal the manifest's name and version
-  a.version = sdk::to_bp("0.0.1");
-  a.kernels = kernels().data();
-  a.n_kernels = kernels().size();
-  a.error_code = sdk::error_code;
-  a.error_message = sdk::error_message;
-  a.error_destroy = sdk::error_destroy;
+  bp_plugin_api a = sdk::api_table("skeleton", "0.0.1", kernels());  // name and version as in the manifest
   a.initialize = initialize;
   a.shutdown = shutdown;
   a.device_count = device_count;

@@ -12,6 +12,7 @@
 //   exp   f32  contiguous-only input (the planner contiguizes for it)
 //   contiguous f32, i32, i64  the strided copy
 #include <backplane/abi.h>
+#include <backplane/sdk/api.hpp>
 #include <backplane/sdk/plugin.hpp>
 
 #include <algorithm>
@@ -210,38 +211,17 @@ bp_error* buffer_allocate(bp_device*, uint64_t size, bp_buffer* out) {
   out->size = size;
   return nullptr;
 }
-void buffer_free(bp_device*, uint64_t h) { std::free(reinterpret_cast<void*>(h)); }
-bp_error* buffer_write(bp_device*, uint64_t h, uint64_t off, const void* src, uint64_t n) {
-  std::memcpy(reinterpret_cast<char*>(h) + off, src, n);
-  return nullptr;
-}
-bp_error* buffer_read(bp_device*, uint64_t h, uint64_t off, void* dst, uint64_t n) {
-  std::memcpy(dst, reinterpret_cast<const char*>(h) + off, n);
-  return nullptr;
-}
 
 const bp_plugin_api* api() {
   static bp_plugin_api a = [] {
-    bp_plugin_api x{};
-    x.struct_size = sizeof x;
-    x.abi_major = BP_ABI_VERSION_MAJOR;
-    x.abi_minor = BP_ABI_VERSION_MINOR;
-    x.name = sdk::to_bp("flawed");
-    x.version = sdk::to_bp("0.0.1");
-    x.kernels = table().data();
-    x.n_kernels = table().size();
-    x.error_code = sdk::error_code;
-    x.error_message = sdk::error_message;
-    x.error_destroy = sdk::error_destroy;
+    bp_plugin_api x = sdk::api_table("flawed", "0.0.1", table());
     x.initialize = initialize;
     x.shutdown = shutdown;
     x.device_count = device_count;
     x.device_get = device_get;
     x.device_info = device_info;
-    x.buffer_allocate = buffer_allocate;
-    x.buffer_free = buffer_free;
-    x.buffer_write = buffer_write;
-    x.buffer_read = buffer_read;
+    sdk::HostBuffers<64>::install(x);
+    x.buffer_allocate = buffer_allocate;  // with slack past the end
     x.infer_custom_op = infer_custom_op;
     return x;
   }();
