@@ -1,15 +1,25 @@
 // `backplane bench`: per-op timings through reused plans (what an
 // application pays per run once its plan is built).
+//
+// On a Vulkan device, the cases that have a raw-Vulkan counterpart (add_16M,
+// chain100_add_4K) are also run by backplane_vulkan_raw (bench/vulkan_raw.cpp,
+// installed beside this program) just before the plugin's own timing, and the
+// plugin's overhead is reported as the ratio plugin / raw.
 #include "commands.hpp"
 
 #include <backplane/backplane.hpp>
 
+#include <boost/dll/runtime_symbol_info.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <random>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace backplane::cli {
 
@@ -137,6 +147,105 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
+// The raw-Vulkan baseline program, run as a subprocess per matching case.
+class RawVulkan {
+ public:
+  // Raw-program cases that a plugin case is compared with.
+  static std::vector<std::string> raw_cases(const std::string& plugin_case) {
+    if (plugin_case == "add_16M") return {"add_16M"};
+    if (plugin_case == "chain100_add_4K") return {"chain100_add_4K", "empty_submit"};
+    return {};
+  }
+
+  RawVulkan(const Device& dev, double min_time, bool json) : min_time_(min_time), json_(json) {
+    if (dev.plugin_name() != "vulkan") return;
+    const std::string& name = dev.name();
+    const size_t digits = name.find_first_of("0123456789");
+    if (digits == std::string::npos) return;
+    index_ = std::stoi(name.substr(digits));
+    expect_device_ = dev.description();
+    program_ = std::filesystem::path(boost::dll::program_location()).parent_path() / "backplane_vulkan_raw";
+    if (!std::filesystem::exists(program_)) {
+      say("raw Vulkan baseline: " + program_.string() + " not found, no plugin/raw comparison");
+      program_.clear();
+    }
+  }
+  bool available() const { return !program_.empty(); }
+
+  // Runs the raw program on `cases`; its JSON case records by name. Throws a
+  // one-line reason when it fails.
+  std::map<std::string, Json> run(const std::vector<std::string>& cases) const {
+    auto quote = [](const std::string& v) {
+      std::string q = "'";
+      for (char ch : v) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+      return q + "'";
+    };
+    char tmpl[] = "/tmp/backplane_raw_XXXXXX";
+    const int fd = mkstemp(tmpl);
+    if (fd < 0) throw Error("cannot create a temporary file");
+    close(fd);
+    const std::string err_path = tmpl;
+    std::string cmd = quote(program_.string()) + " --json --device " + std::to_string(index_);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " --min-time %g", min_time_);
+    cmd += buf;
+    for (const auto& c : cases) cmd += " --case " + c;
+    cmd += " 2>" + quote(err_path);
+    std::string out;
+    int status = -1;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char chunk[4096];
+      size_t n;
+      while ((n = std::fread(chunk, 1, sizeof chunk, p)) > 0) out.append(chunk, n);
+      status = pclose(p);
+    }
+    std::string last_err;
+    {
+      std::ifstream err(err_path);
+      for (std::string line; std::getline(err, line);)
+        if (!line.empty()) last_err = line;
+    }
+    std::filesystem::remove(err_path);
+    if (status == -1) throw Error("could not start " + program_.string());
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      throw Error(program_.filename().string() + " failed" + (last_err.empty() ? "" : ": " + last_err));
+    Json j;
+    try {
+      j = Json::parse(out);
+    } catch (const std::exception& e) {
+      throw Error(program_.filename().string() + " printed no JSON (" + e.what() + ")");
+    }
+    if (j.value("device", "") != expect_device_)
+      throw Error(program_.filename().string() + " measured '" + j.value("device", "") + "', not '" + expect_device_ +
+                  "'");
+    std::map<std::string, Json> by_case;
+    for (const auto& c : j.at("cases")) by_case[c.at("case").get<std::string>()] = c;
+    for (const auto& c : cases)
+      if (!by_case.count(c)) throw Error(program_.filename().string() + " reported no " + c);
+    return by_case;
+  }
+
+  // One line: on stdout in the table, on stderr with --json.
+  void say(const std::string& line) const {
+    std::fprintf(json_ ? stderr : stdout, "%s\n", line.c_str());
+    std::fflush(json_ ? stderr : stdout);
+  }
+
+ private:
+  double min_time_;
+  bool json_;
+  int index_ = -1;
+  std::string expect_device_;
+  std::filesystem::path program_;
+};
+
+std::string human_time(double t) {
+  char buf[64];
+  if (t < 1e-3) std::snprintf(buf, sizeof buf, "%.3f us", t * 1e6);
+  else std::snprintf(buf, sizeof buf, "%.3f ms", t * 1e3);
+  return buf;
+}
+
 }  // namespace
 
 int cmd_bench(const Args& in) {
@@ -154,8 +263,20 @@ int cmd_bench(const Args& in) {
   Device& dev = rt->device(device_name);
   Json results = Json::array();
   if (!json) std::printf("device %s (%s), %u threads\n%-26s %12s %12s\n", dev.name().c_str(), dev.description().c_str(), rt->num_threads(), "case", "time", "rate");
+  const RawVulkan raw(dev, min_time, json);
   for (auto& c : all_cases()) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+    // The raw baseline first, right before the plugin's timing of the same work.
+    std::map<std::string, Json> raw_results;
+    std::string raw_error;
+    if (raw.available() && !RawVulkan::raw_cases(c.name).empty()) {
+      try {
+        raw_results = raw.run(RawVulkan::raw_cases(c.name));
+      } catch (const std::exception& e) {
+        raw_error = e.what();
+        raw.say("raw Vulkan baseline for " + c.name + " unavailable: " + raw_error);
+      }
+    }
     try {
       Plan plan = rt->compile(c.graph, dev);
       for (auto& [name, t] : c.inputs) plan.set_input(name, t);
@@ -182,14 +303,39 @@ int cmd_bench(const Args& in) {
       char buf[64];
       if (c.flops > 0) std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", c.flops / t / 1e9), rate = buf;
       else if (c.bytes > 0) std::snprintf(buf, sizeof buf, "%.1f GB/s", c.bytes / t / 1e9), rate = buf;
-      if (json) {
-        results.push_back({{"case", c.name}, {"device", dev.name()}, {"threads", rt->num_threads()}, {"seconds", t},
-                           {"gbps", c.bytes > 0 ? c.bytes / t / 1e9 : 0.0}, {"gflops", c.flops > 0 ? c.flops / t / 1e9 : 0.0}});
-      } else {
-        if (t < 1e-3) std::snprintf(buf, sizeof buf, "%.3f us", t * 1e6);
-        else std::snprintf(buf, sizeof buf, "%.3f ms", t * 1e3);
-        std::printf("%-26s %12s %12s\n", c.name.c_str(), buf, rate.c_str());
+      Json record = {{"case", c.name}, {"device", dev.name()}, {"threads", rt->num_threads()}, {"seconds", t},
+                     {"gbps", c.bytes > 0 ? c.bytes / t / 1e9 : 0.0}, {"gflops", c.flops > 0 ? c.flops / t / 1e9 : 0.0}};
+      if (!json) std::printf("%-26s %12s %12s\n", c.name.c_str(), human_time(t).c_str(), rate.c_str());
+      if (!raw_error.empty()) record["raw_error"] = raw_error;
+      if (c.name == "add_16M" && raw_results.count("add_16M")) {
+        const Json& r = raw_results["add_16M"];
+        const double rs = r.at("seconds").get<double>();
+        record["raw_seconds"] = rs;
+        record["raw_gbps"] = r.at("gbps").get<double>();
+        record["overhead_ratio"] = t / rs;
+        if (!json) {
+          std::snprintf(buf, sizeof buf, "%.1f GB/s", r.at("gbps").get<double>());
+          std::printf("%-26s %12s %12s   plugin/raw %.2f\n", "  raw vulkan", human_time(rs).c_str(), buf, t / rs);
+        }
       }
+      if (c.name == "chain100_add_4K" && raw_results.count("chain100_add_4K")) {
+        const Json& r = raw_results["chain100_add_4K"];
+        const double dispatches = r.at("dispatches").get<double>();
+        const double rs = r.at("seconds").get<double>();
+        const double empty = raw_results["empty_submit"].at("seconds").get<double>();
+        record["per_dispatch_seconds"] = t / dispatches;
+        record["raw_seconds"] = rs;
+        record["raw_per_dispatch_seconds"] = rs / dispatches;
+        record["raw_empty_submit_seconds"] = empty;
+        record["overhead_ratio"] = t / rs;
+        if (!json) {
+          std::printf("%-26s %12s\n", "  per dispatch", human_time(t / dispatches).c_str());
+          std::printf("%-26s %12s %12s   plugin/raw %.2f\n", "  raw vulkan per dispatch", human_time(rs / dispatches).c_str(),
+                      "", t / rs);
+          std::printf("%-26s %12s\n", "  raw vulkan empty submit", human_time(empty).c_str());
+        }
+      }
+      if (json) results.push_back(std::move(record));
     } catch (const std::exception& e) {
       if (json) results.push_back({{"case", c.name}, {"device", dev.name()}, {"error", e.what()}});
       else std::printf("%-26s failed: %s\n", c.name.c_str(), e.what());
