@@ -66,15 +66,20 @@ void main() {
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
   if (i0 >= n) return;
-  if ((pc.extra & 1u) != 0u && i0 + 4 <= n) {
+  if (FAST) {
     const int oa = pc.p.x, ob = pc.p.y, oo = pc.p.z;
-    CTYPE4(IN_DT) va, vb;
-    if ((pc.extra & 2u) != 0u) va = CTYPE4(IN_DT)(LD(IN_DT, a[oa]));
-    else va = LD4(IN_DT, a4[oa / 4 + j]);
-    if ((pc.extra & 4u) != 0u) vb = CTYPE4(IN_DT)(LD(IN_DT, b[ob]));
-    else vb = LD4(IN_DT, b4[ob / 4 + j]);
-    CTYPE4(OUT_DT) r = CTYPE4(OUT_DT)(op(va.x, vb.x), op(va.y, vb.y), op(va.z, vb.z), op(va.w, vb.w));
-    o4[oo / 4 + j] = SV4(OUT_DT, r);
+    if (!FAST_TAIL || i0 + 4 <= n) {
+      CTYPE4(IN_DT) va, vb;
+      if (BCAST0) va = CTYPE4(IN_DT)(LD(IN_DT, a[oa]));
+      else va = LD4(IN_DT, a4[oa / 4 + j]);
+      if (BCAST1) vb = CTYPE4(IN_DT)(LD(IN_DT, b[ob]));
+      else vb = LD4(IN_DT, b4[ob / 4 + j]);
+      CTYPE4(OUT_DT) r = CTYPE4(OUT_DT)(op(va.x, vb.x), op(va.y, vb.y), op(va.z, vb.z), op(va.w, vb.w));
+      o4[oo / 4 + j] = SV4(OUT_DT, r);
+    } else {
+      for (int i = i0; i < n; ++i)
+        o[oo + i] = SV(OUT_DT, op(LD(IN_DT, a[BCAST0 ? oa : oa + i]), LD(IN_DT, b[BCAST1 ? ob : ob + i])));
+    }
     return;
   }
   for (int c = 0; c < 4; ++c) {

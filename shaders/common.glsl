@@ -8,8 +8,8 @@
 //   base  word offset of this dispatch's argument block in the ring
 //   n     work items of the dispatch (elements, rows, ...)
 //   id    dispatch number inside the command buffer, reported with errors
-//   extra family-specific (elementwise: bit 0 fast path, bit 1+k record k
-//         is a broadcast scalar; row kernels: the mode)
+//   extra family-specific (row kernels: the mode; the elementwise fast path
+//         is chosen by a specialization constant instead, see eltwise.glsl)
 //   p[4]  family-specific (elementwise fast path: the records' offsets), so
 //         the hot path reads no argument block
 // Layout records in the argument block are [offset, stride0..stride7] (9 words,

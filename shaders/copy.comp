@@ -92,26 +92,37 @@ void main() {
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
   if (i0 >= n) return;
-  if ((pc.extra & 1u) != 0u && i0 + 4 <= n) {
+  if (FAST) {
     const int oa = pc.p.x, oo = pc.p.y;
-    if ((pc.extra & 2u) != 0u) {
+    // Elements i0 .. end-1 (a partial 4-vector only in the last invocation).
+    const int end = FAST_TAIL ? min(i0 + 4, n) : i0 + 4;
+    if (BCAST0) {
       // A broadcast scalar.
 #ifdef SAME
-      const int i = i0;
-      for (int c = 0; c < 4; ++c) o[oo + i + c] = a[oa];
+      for (int i = i0; i < end; ++i) o[oo + i] = a[oa];
 #else
       const OT v = convert(LD(IN_DT, a[oa]));
-      for (int c = 0; c < 4; ++c) o[oo + i0 + c] = SV(OUT_DT, v);
+      for (int i = i0; i < end; ++i) o[oo + i] = SV(OUT_DT, v);
 #endif
       return;
     }
+    if (!FAST_TAIL || i0 + 4 <= n) {
 #ifdef SAME
-    o4[oo / 4 + j] = a4[oa / 4 + j];
+      o4[oo / 4 + j] = a4[oa / 4 + j];
 #else
-    CTYPE4(IN_DT) va = LD4(IN_DT, a4[oa / 4 + j]);
-    CTYPE4(OUT_DT) r = CTYPE4(OUT_DT)(convert(va.x), convert(va.y), convert(va.z), convert(va.w));
-    o4[oo / 4 + j] = SV4(OUT_DT, r);
+      CTYPE4(IN_DT) va = LD4(IN_DT, a4[oa / 4 + j]);
+      CTYPE4(OUT_DT) r = CTYPE4(OUT_DT)(convert(va.x), convert(va.y), convert(va.z), convert(va.w));
+      o4[oo / 4 + j] = SV4(OUT_DT, r);
 #endif
+    } else {
+      for (int i = i0; i < n; ++i) {
+#ifdef SAME
+        o[oo + i] = a[oa + i];
+#else
+        o[oo + i] = SV(OUT_DT, convert(LD(IN_DT, a[oa + i])));
+#endif
+      }
+    }
     return;
   }
   for (int c = 0; c < 4; ++c) {

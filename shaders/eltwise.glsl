@@ -1,9 +1,26 @@
 // Element offsets for elementwise shaders. Argument block:
 //   [0] rank  [1] flags (bit 0: fast path; the fast path itself reads
-//   pc.extra / pc.p instead)  [2..9] shape
+//   MODE / pc.p instead)  [2..9] shape
 //   [10 + 9k] offset of record k, [11 + 9k ..] its 8 strides
 //   params from PARAMS = 10 + 9 * NREC
 // NREC (records: inputs, then the output where it is strided) must be defined.
+
+// MODE (specialization constant 1, chosen by the host per dispatch):
+//   0      the general path: any strides, offsets from the argument block;
+//   bit 0  the fast path: every operand dense (stride 1, offset a multiple of
+//          4) or a broadcast scalar, offsets in pc.p, 4-vector loads/stores;
+//   bit 1+k  input k is a broadcast scalar (fast path);
+//   bit 8  n is not a multiple of 4: the last invocation has a partial
+//          4-vector (fast path).
+// A specialization constant rather than a push-constant flag so that the path
+// not taken is compiled out: lavapipe (Mesa 22.3) runs both sides of every
+// branch under a lane mask, and the general path's mere presence slowed the
+// fast path of a 16M add by ~20%.
+layout(constant_id = 1) const uint MODE = 0u;
+const bool FAST = (MODE & 1u) != 0u;
+const bool BCAST0 = (MODE & 2u) != 0u;
+const bool BCAST1 = (MODE & 4u) != 0u;
+const bool FAST_TAIL = (MODE & 256u) != 0u;
 #define PARAMS (10 + 9 * NREC)
 #define REC_OFF(k) A(10 + 9 * (k))
 #define REC_STRIDE(k, d) A(11 + 9 * (k) + (d))

@@ -124,16 +124,20 @@ void main() {
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
   if (i0 >= n) return;
-  if ((pc.extra & 1u) != 0u && i0 + 4 <= n) {
+  if (FAST) {
     const int oa = pc.p.x, oo = pc.p.y;
-    CTYPE4(OUT_DT) r;
-    if ((pc.extra & 2u) != 0u) {
-      r = CTYPE4(OUT_DT)(op(LD(IN_DT, a[oa])));  // a broadcast scalar
+    if (!FAST_TAIL || i0 + 4 <= n) {
+      CTYPE4(OUT_DT) r;
+      if (BCAST0) {
+        r = CTYPE4(OUT_DT)(op(LD(IN_DT, a[oa])));  // a broadcast scalar
+      } else {
+        CTYPE4(IN_DT) va = LD4(IN_DT, a4[oa / 4 + j]);
+        r = CTYPE4(OUT_DT)(op(va.x), op(va.y), op(va.z), op(va.w));
+      }
+      o4[oo / 4 + j] = SV4(OUT_DT, r);
     } else {
-      CTYPE4(IN_DT) va = LD4(IN_DT, a4[oa / 4 + j]);
-      r = CTYPE4(OUT_DT)(op(va.x), op(va.y), op(va.z), op(va.w));
+      for (int i = i0; i < n; ++i) o[oo + i] = SV(OUT_DT, op(LD(IN_DT, a[BCAST0 ? oa : oa + i])));
     }
-    o4[oo / 4 + j] = SV4(OUT_DT, r);
     return;
   }
   for (int c = 0; c < 4; ++c) {

@@ -21,7 +21,9 @@ struct In {
 
 // One elementwise dispatch. All inputs have the output's shape (the host
 // broadcasts with stride 0); the output may be strided (concat).
-void eltwise_dispatch(Call& c, const std::string& shader_name, const std::vector<int32_t>& spec,
+// fast_mode: the shader has the fast path selected by specialization
+// constant 1 (MODE in shaders/eltwise.glsl); spec holds constant 0 at most.
+void eltwise_dispatch(Call& c, const std::string& shader_name, std::vector<int32_t> spec, bool fast_mode,
                       const std::vector<In>& ins, const bp_storage& out, const bp_layout& ol, bp_dtype odt,
                       const Args& params, uint64_t out_extra_bytes = 0) {
   const int64_t n = numel(ol);
@@ -49,29 +51,37 @@ void eltwise_dispatch(Call& c, const std::string& shader_name, const std::vector
     const bool is_out = k + 1 == offsets.size();
     if (!((st == 0 && !is_out) || (st == 1 && offsets[k] % 4 == 0))) fast = false;
   }
+  fast = fast && fast_mode && offsets.size() <= 4;
   Args a;
   eltwise_header(a, co, offsets, fast);
   a.w.insert(a.w.end(), params.w.begin(), params.w.end());
-  // The fast path reads its offsets and broadcast bits from push constants.
-  uint32_t extra = 0;
+  // The fast path is a pipeline of its own (MODE: fast, which inputs are
+  // broadcast scalars, whether there is a partial last 4-vector) and reads
+  // its offsets from push constants, no argument block.
   std::array<int32_t, 4> pw{};
-  if (fast && offsets.size() <= 4) {
-    extra = 1;
-    for (size_t k = 0; k < offsets.size(); ++k) {
-      pw[k] = static_cast<int32_t>(offsets[k]);
-      if (co.rank == 0 || co.strides[k][0] == 0) extra |= 2u << k;
+  if (fast_mode) {
+    uint32_t mode = 0;
+    if (fast) {
+      mode = 1;
+      for (size_t k = 0; k < offsets.size(); ++k) {
+        pw[k] = static_cast<int32_t>(offsets[k]);
+        if (k < ins.size() && (co.rank == 0 || co.strides[k][0] == 0)) mode |= 2u << k;
+      }
+      if (n % kPerThread != 0) mode |= 256u;
     }
+    spec.resize(2, 0);
+    spec[1] = static_cast<int32_t>(mode);
   }
   const Pipeline& p = c.dev.pipelines.get(shader_name, spec, static_cast<uint32_t>(bindings.size()));
-  c.dev.exec.dispatch(p, bindings, a.w, static_cast<uint32_t>(n), extra, ceil_div(n, kWG * kPerThread), c.op(), pw);
+  c.dev.exec.dispatch(p, bindings, a.w, static_cast<uint32_t>(n), 0, ceil_div(n, kWG * kPerThread), c.op(), pw);
 }
 
 void binary_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_dtype od = c.row.dtypes.back();
   const std::string family = od == BP_DTYPE_BOOL && c.row.code >= 100 ? "compare" : "binary";
-  eltwise_dispatch(c, shader(family, d), {c.row.code % 100}, {{&c.in[0], &c.lin(0), d}, {&c.in[1], &c.lin(1), d}},
-                   c.out[0], c.lout(), od, Args{});
+  eltwise_dispatch(c, shader(family, d), {c.row.code % 100}, true,
+                   {{&c.in[0], &c.lin(0), d}, {&c.in[1], &c.lin(1), d}}, c.out[0], c.lout(), od, Args{});
 }
 
 enum UnaryOp {
@@ -130,12 +140,12 @@ void unary_impl(Call& c) {
     param_value(p, d, ap.mul, 0);
     param_value(p, d, ap.add, 0);
   }
-  eltwise_dispatch(c, shader("unary", d), {code}, {{&c.in[0], &c.lin(0), d}}, c.out[0], c.lout(), d, p);
+  eltwise_dispatch(c, shader("unary", d), {code}, true, {{&c.in[0], &c.lin(0), d}}, c.out[0], c.lout(), d, p);
 }
 
 void where_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[1];
-  eltwise_dispatch(c, shader("where", d), {},
+  eltwise_dispatch(c, shader("where", d), {}, false,
                    {{&c.in[0], &c.lin(0), BP_DTYPE_BOOL}, {&c.in[1], &c.lin(1), d}, {&c.in[2], &c.lin(2), d}},
                    c.out[0], c.lout(), d, Args{});
 }
@@ -145,7 +155,7 @@ std::string copy_shader(bp_dtype from, bp_dtype to) { return from == to ? shader
 // contiguous and cast: one strided copy.
 void copy_impl(Call& c) {
   const bp_dtype from = c.row.dtypes[0], to = c.row.dtypes.back();
-  eltwise_dispatch(c, copy_shader(from, to), {}, {{&c.in[0], &c.lin(0), from}}, c.out[0], c.lout(), to, Args{});
+  eltwise_dispatch(c, copy_shader(from, to), {}, true, {{&c.in[0], &c.lin(0), from}}, c.out[0], c.lout(), to, Args{});
 }
 
 // concat: input k is copied into the slice of the output it occupies.
@@ -163,7 +173,7 @@ void concat_impl(Call& c) {
     view.offset = ol.offset + at * ol.strides[dim];
     at += il.shape[dim];
     check(at <= ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs longer than the output");
-    eltwise_dispatch(c, copy_shader(d, d), {}, {{&c.in[k], &il, d}}, c.out[0], view, d, Args{});
+    eltwise_dispatch(c, copy_shader(d, d), {}, true, {{&c.in[k], &il, d}}, c.out[0], view, d, Args{});
   }
   check(at == ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs do not fill the output");
 }
