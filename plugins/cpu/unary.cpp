@@ -1,0 +1,131 @@
+// Unary elementwise kernels: math functions, activations, clamp and affine.
+#include "elementwise.hpp"
+
+#include <cmath>
+
+namespace backplane::cpu {
+namespace {
+using namespace eltwise;
+
+struct Neg : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_integral_v<C>) return wneg(x);
+    else return -x;
+  }
+};
+struct Abs : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_unsigned_v<C>) return x;
+    else if constexpr (std::is_integral_v<C>) return x < 0 ? wneg(x) : x;
+    else return std::fabs(x);
+  }
+};
+struct Sign : NoParams {
+  using NoParams::NoParams;
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_integral_v<C>) return static_cast<C>((x > 0) - (x < 0));
+    else return x > 0 ? C(1) : x < 0 ? C(-1) : x;  // 0 and NaN pass through
+  }
+};
+
+#define BP_CPU_UNARY(NAME, BASE, EXPR)                  \
+  struct NAME : BASE {                                  \
+    using BASE::BASE;                                   \
+    template <class C> C operator()(C x) const { return EXPR; } \
+  };
+BP_CPU_UNARY(Sqr, NoParams, x * x)
+BP_CPU_UNARY(Sqrt, NoParams, std::sqrt(x))
+BP_CPU_UNARY(Rsqrt, NoParams, C(1) / std::sqrt(x))
+BP_CPU_UNARY(Recip, NoParams, C(1) / x)
+BP_CPU_UNARY(Exp, Costly, std::exp(x))
+BP_CPU_UNARY(Log, Costly, std::log(x))
+BP_CPU_UNARY(Sin, Costly, std::sin(x))
+BP_CPU_UNARY(Cos, Costly, std::cos(x))
+BP_CPU_UNARY(Tanh, Costly, std::tanh(x))
+BP_CPU_UNARY(Erf, Costly, std::erf(x))
+BP_CPU_UNARY(Floor, NoParams, std::floor(x))
+BP_CPU_UNARY(Ceil, NoParams, std::ceil(x))
+BP_CPU_UNARY(Round, NoParams, std::nearbyint(x))  // default rounding mode: half to even
+BP_CPU_UNARY(Relu, NoParams, x < C(0) ? C(0) : x)  // NaN < 0 is false: NaN propagates
+BP_CPU_UNARY(Sigmoid, Costly, C(1) / (C(1) + std::exp(-x)))
+BP_CPU_UNARY(Silu, Costly, x / (C(1) + std::exp(-x)))
+BP_CPU_UNARY(Softplus, Costly, (x > C(0) ? x : C(0)) + std::log1p(std::exp(-std::fabs(x))))
+#undef BP_CPU_UNARY
+
+struct Gelu : Costly {
+  static constexpr bp_params_kind kind = BP_PARAMS_GELU;
+  bool tanh_form;
+  explicit Gelu(const bp_op_params* p) : Costly(p), tanh_form(p->u.gelu.tanh_approximation) {}
+  template <class C> C operator()(C x) const {
+    if (tanh_form) {
+      // 0.5x(1 + tanh(u)) == x * sigmoid(2u): no cancellation for x << 0.
+      const C u = C(0.7978845608028654) * (x + C(0.044715) * x * x * x);
+      return x / (C(1) + std::exp(C(-2) * u));
+    }
+    // 0.5x(1 + erf(x/sqrt2)) == 0.5x * erfc(-x/sqrt2), accurate for x << 0.
+    return C(0.5) * x * std::erfc(-x * C(0.7071067811865476));
+  }
+};
+
+struct Clamp : NoParams {
+  static constexpr bp_params_kind kind = BP_PARAMS_CLAMP;
+  bp_clamp_params p;
+  explicit Clamp(const bp_op_params* q) : NoParams(q), p(q->u.clamp) {}
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_integral_v<C>) {
+      int64_t v = x;
+      if (p.has_min && v < p.min_i) v = p.min_i;
+      if (p.has_max && v > p.max_i) v = p.max_i;
+      return static_cast<C>(v);
+    } else {
+      if (x != x) return x;
+      if (p.has_min && x < C(p.min_f)) x = C(p.min_f);
+      if (p.has_max && x > C(p.max_f)) x = C(p.max_f);
+      return x;
+    }
+  }
+};
+
+struct Affine : NoParams {
+  static constexpr bp_params_kind kind = BP_PARAMS_AFFINE;
+  double mul, add;
+  explicit Affine(const bp_op_params* q) : NoParams(q), mul(q->u.affine.mul), add(q->u.affine.add) {}
+  // In double, rounded once: y = mul*x + add may cancel.
+  template <class C> C operator()(C x) const { return static_cast<C>(mul * static_cast<double>(x) + add); }
+};
+
+// Binary ------------------------------------------------------------------
+
+}  // namespace
+
+void register_unary(sdk::KernelTable& t) {
+  const auto k11 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d}; };
+  const std::vector<uint8_t> s1{kStrided};
+  add_rows<UnaryK<Neg>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "neg", k11, s1);
+  add_rows<UnaryK<Abs>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "abs", k11, s1);
+  add_rows<UnaryK<Sign>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "sign", k11, s1);
+  add_rows<UnaryK<Sqr>::K, BP_CPU_FLOAT_DTYPES>(t, "sqr", k11, s1);
+  add_rows<UnaryK<Sqrt>::K, BP_CPU_FLOAT_DTYPES>(t, "sqrt", k11, s1);
+  add_rows<UnaryK<Rsqrt>::K, BP_CPU_FLOAT_DTYPES>(t, "rsqrt", k11, s1);
+  add_rows<UnaryK<Recip>::K, BP_CPU_FLOAT_DTYPES>(t, "recip", k11, s1);
+  add_rows<UnaryK<Exp>::K, BP_CPU_FLOAT_DTYPES>(t, "exp", k11, s1);
+  add_rows<UnaryK<Log>::K, BP_CPU_FLOAT_DTYPES>(t, "log", k11, s1);
+  add_rows<UnaryK<Sin>::K, BP_CPU_FLOAT_DTYPES>(t, "sin", k11, s1);
+  add_rows<UnaryK<Cos>::K, BP_CPU_FLOAT_DTYPES>(t, "cos", k11, s1);
+  add_rows<UnaryK<Tanh>::K, BP_CPU_FLOAT_DTYPES>(t, "tanh", k11, s1);
+  add_rows<UnaryK<Erf>::K, BP_CPU_FLOAT_DTYPES>(t, "erf", k11, s1);
+  add_rows<UnaryK<Floor>::K, BP_CPU_FLOAT_DTYPES>(t, "floor", k11, s1);
+  add_rows<UnaryK<Ceil>::K, BP_CPU_FLOAT_DTYPES>(t, "ceil", k11, s1);
+  add_rows<UnaryK<Round>::K, BP_CPU_FLOAT_DTYPES>(t, "round", k11, s1);
+  add_rows<UnaryK<Relu>::K, BP_CPU_FLOAT_DTYPES>(t, "relu", k11, s1);
+  add_rows<UnaryK<Sigmoid>::K, BP_CPU_FLOAT_DTYPES>(t, "sigmoid", k11, s1);
+  add_rows<UnaryK<Silu>::K, BP_CPU_FLOAT_DTYPES>(t, "silu", k11, s1);
+  add_rows<UnaryK<Softplus>::K, BP_CPU_FLOAT_DTYPES>(t, "softplus", k11, s1);
+  add_rows<UnaryK<Gelu>::K, BP_CPU_FLOAT_DTYPES>(t, "gelu", k11, s1);
+  add_rows<UnaryK<Clamp>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "clamp", k11, s1);
+  add_rows<UnaryK<Affine>::K, BP_CPU_FLOAT_DTYPES>(t, "affine", k11, s1);
+}
+
+}  // namespace backplane::cpu
