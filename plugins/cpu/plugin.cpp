@@ -2,6 +2,8 @@
 // family files and are registered through kernels.hpp.
 #include "kernels.hpp"
 
+#include <backplane/sdk/api.hpp>
+
 #include <sys/mman.h>
 
 #include <cstdio>
@@ -188,37 +190,20 @@ bp_error* buffer_read(bp_device*, uint64_t handle, uint64_t offset, void* dst, u
   });
 }
 
-bp_status_code error_code(const bp_error* e) { return sdk::error_code(e); }
-bp_string error_message(const bp_error* e) { return sdk::error_message(e); }
-void error_destroy(bp_error* e) { sdk::error_destroy(e); }
-
 const bp_plugin_api* api() {
   static const bp_plugin_api a = [] {
-    const sdk::KernelTable& t = table();
-    bp_plugin_api x{};
-    x.struct_size = sizeof(bp_plugin_api);
-    x.abi_major = BP_ABI_VERSION_MAJOR;
-    x.abi_minor = BP_ABI_VERSION_MINOR;
-    x.name = sdk::to_bp(kName);
-    x.version = sdk::to_bp(kVersion);
-    x.kernels = t.data();
-    x.n_kernels = t.size();
-    x.error_code = error_code;
-    x.error_message = error_message;
-    x.error_destroy = error_destroy;
+    bp_plugin_api x = sdk::api_table(kName, kVersion, table());
     x.initialize = initialize;
     x.shutdown = shutdown;
     x.device_count = device_count;
     x.device_get = device_get;
     x.device_info = device_info;
-    x.device_supports_kernel = nullptr;
     x.buffer_allocate = buffer_allocate;
     x.buffer_free = buffer_free;
     x.buffer_write = buffer_write;
     x.buffer_read = buffer_read;
-    x.begin = nullptr;
-    x.synchronize = nullptr;
-    x.infer_custom_op = nullptr;
+    // No device_supports_kernel, begin, synchronize or infer_custom_op: every
+    // kernel runs on the one device, synchronously, and there are no vendor ops.
     return x;
   }();
   return &a;

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 namespace backplane::sdk {
 
@@ -26,7 +27,7 @@ namespace backplane::sdk {
 // sets its own functions. `name`, `version` and `kernels` must outlive the
 // table (string literals and a function-local static table do). Table is a
 // sdk::KernelTable or anything with data() and size() over bp_kernel_desc.
-template <class Table> bp_plugin_api api_table(const char* name, const char* version, const Table& kernels) {
+template <class Table> bp_plugin_api api_table(std::string_view name, std::string_view version, const Table& kernels) {
   bp_plugin_api a{};
   a.struct_size = sizeof a;
   a.abi_major = BP_ABI_VERSION_MAJOR;
