@@ -73,8 +73,8 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
   }
 
   // A queue family that can compute.
-  check(props.limits.maxPushConstantsSize >= sizeof(PushConstants), BP_ERR_UNAVAILABLE,
-        "vulkan: " + description + " offers fewer push-constant bytes than the shaders use");
+  BPVK_CHECK(props.limits.maxPushConstantsSize >= sizeof(PushConstants), BP_ERR_UNAVAILABLE,
+             "vulkan: " + description + " offers fewer push-constant bytes than the shaders use");
 
   uint32_t nq = 0;
   vkGetPhysicalDeviceQueueFamilyProperties(phys, &nq, nullptr);
@@ -92,7 +92,7 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
         break;
       }
     }
-  check(found, BP_ERR_UNAVAILABLE, "vulkan: " + description + " has no compute queue");
+  BPVK_CHECK(found, BP_ERR_UNAVAILABLE, "vulkan: " + description + " has no compute queue");
 
   uint32_t next = 0;
   vkEnumerateDeviceExtensionProperties(phys, nullptr, &next, nullptr);
@@ -277,7 +277,7 @@ void Context::initialize() {
 }
 
 Device& Context::device(uint32_t i) {
-  check(i < devices_.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: no device " + std::to_string(i));
+  BPVK_CHECK(i < devices_.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: no device " + std::to_string(i));
   return *devices_[i];
 }
 

@@ -194,7 +194,7 @@ std::pair<size_t, uint32_t> Exec::ring_put(Stream& s, std::span<const int32_t> a
 void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
                     uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords) {
   Stream& s = current();
-  check(operands.size() + 2 == p.n_bindings, BP_ERR_INTERNAL, "vulkan: operand count mismatch");
+  BPVK_CHECK(operands.size() + 2 == p.n_bindings, BP_ERR_INTERNAL, "vulkan: operand count mismatch");
   if (groups == 0) return;
 
   // Hazards: read-after-write, write-after-write and write-after-read on the
@@ -223,7 +223,7 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
   VkDescriptorSet set = allocate_set(s, p.set_layout);
   VkDescriptorBufferInfo infos[kMaxBindings];
   VkWriteDescriptorSet writes[kMaxBindings];
-  check(p.n_bindings <= kMaxBindings, BP_ERR_INTERNAL, "vulkan: too many bindings");
+  BPVK_CHECK(p.n_bindings <= kMaxBindings, BP_ERR_INTERNAL, "vulkan: too many bindings");
   infos[0] = {s.ring[chunk].buffer, 0, s.ring[chunk].size};
   infos[1] = {s.errors.buffer, 0, 8};
   for (size_t i = 0; i < operands.size(); ++i) infos[i + 2] = {operands[i].buffer, operands[i].offset, operands[i].range};
@@ -252,7 +252,7 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
     if (gy > mx[1]) {
       gz = (gy + mx[1] - 1) / mx[1];
       gy = mx[1];
-      check(gz <= mx[2], BP_ERR_INVALID_ARGUMENT, std::string("vulkan: ") + op + ": grid too large");
+      BPVK_CHECK(gz <= mx[2], BP_ERR_INVALID_ARGUMENT, std::string("vulkan: ") + op + ": grid too large");
     }
   }
   vkCmdDispatch(s.cmd, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), static_cast<uint32_t>(gz));

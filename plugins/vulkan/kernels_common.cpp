@@ -10,8 +10,8 @@ namespace bpvk {
 const char* Call::op() const { return row.op.c_str(); }
 
 const bp_op_params& Call::params_of(bp_params_kind kind) const {
-  check(params != nullptr && params->kind == kind, BP_ERR_INVALID_ARGUMENT,
-        std::string(op()) + ": params of the wrong kind (resolver bug)");
+  BPVK_CHECK(params != nullptr && params->kind == kind, BP_ERR_INVALID_ARGUMENT,
+             std::string(op()) + ": params of the wrong kind (resolver bug)");
   return *params;
 }
 
@@ -47,27 +47,32 @@ bp_error* kernel_entry(const bp_kernel_context* ctx, const bp_storage* inputs, s
                        const bp_storage* outputs, size_t n_outputs, const bp_layout* layouts,
                        const bp_op_params* params) {
   return sdk::guard([&] {
-    check(ctx != nullptr && ctx->device != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: kernel called without a device");
+    BPVK_CHECK(ctx != nullptr && ctx->device != nullptr, BP_ERR_INVALID_ARGUMENT,
+               "vulkan: kernel called without a device");
     const auto& rows = registry().rows();
-    check(ctx->kernel_index < rows.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: bad kernel index");
+    BPVK_CHECK(ctx->kernel_index < rows.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: bad kernel index");
     const Row& row = rows[ctx->kernel_index];
     const size_t want = row.dtypes.size() - 1;
-    check(n_outputs == 1 && outputs != nullptr && layouts != nullptr && (n_inputs == 0 || inputs != nullptr),
-          BP_ERR_INVALID_ARGUMENT, row.op + ": expected one output");
-    check(row.variadic ? n_inputs >= want : n_inputs == want, BP_ERR_INVALID_ARGUMENT,
-          row.op + ": got " + std::to_string(n_inputs) + " inputs, expected " + std::to_string(want));
+    BPVK_CHECK(
+        n_outputs == 1 && outputs != nullptr && layouts != nullptr && (n_inputs == 0 || inputs != nullptr),
+        BP_ERR_INVALID_ARGUMENT, row.op + ": expected one output");
+    BPVK_CHECK(row.variadic ? n_inputs >= want : n_inputs == want, BP_ERR_INVALID_ARGUMENT,
+               row.op + ": got " + std::to_string(n_inputs) + " inputs, expected " + std::to_string(want));
     for (size_t i = 0; i < n_inputs; ++i) {
       const bp_dtype expect = row.dtypes[std::min(i, want - 1)];
-      check(inputs[i].buffer_handle == 0 || inputs[i].dtype == expect, BP_ERR_INVALID_ARGUMENT,
-            row.op + ": input " + std::to_string(i) + " is " + dt(inputs[i].dtype) + ", kernel expects " + dt(expect));
+      BPVK_CHECK(inputs[i].buffer_handle == 0 || inputs[i].dtype == expect, BP_ERR_INVALID_ARGUMENT,
+                 row.op + ": input " + std::to_string(i) + " is " + dt(inputs[i].dtype) +
+                     ", kernel expects " + dt(expect));
       const bp_layout& l = layouts[i];
-      check(l.rank <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT, row.op + ": rank > 8");
+      BPVK_CHECK(l.rank <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT, row.op + ": rank > 8");
     }
-    check(outputs[0].buffer_handle != 0, BP_ERR_INVALID_ARGUMENT, row.op + ": output has no buffer");
-    check(outputs[0].dtype == row.dtypes.back(), BP_ERR_INVALID_ARGUMENT,
-          row.op + ": output is " + dt(outputs[0].dtype) + ", kernel writes " + dt(row.dtypes.back()));
-    check(row.bundle_slots == 0 || (outputs[0].n_slots == row.bundle_slots && outputs[0].slots != nullptr),
-          BP_ERR_INVALID_ARGUMENT, row.op + ": expected a bundle of " + std::to_string(row.bundle_slots) + " slots");
+    BPVK_CHECK(outputs[0].buffer_handle != 0, BP_ERR_INVALID_ARGUMENT, row.op + ": output has no buffer");
+    BPVK_CHECK(outputs[0].dtype == row.dtypes.back(), BP_ERR_INVALID_ARGUMENT,
+               row.op + ": output is " + dt(outputs[0].dtype) + ", kernel writes " + dt(row.dtypes.back()));
+    BPVK_CHECK(
+        row.bundle_slots == 0 || (outputs[0].n_slots == row.bundle_slots && outputs[0].slots != nullptr),
+        BP_ERR_INVALID_ARGUMENT,
+        row.op + ": expected a bundle of " + std::to_string(row.bundle_slots) + " slots");
     Device& dev = Device::from(ctx->device);
     std::lock_guard<std::mutex> lock(dev.mu);
     dev.exec.ensure_begun();
@@ -110,28 +115,29 @@ Operand window(Call& c, const bp_storage& s, int64_t lo_el, int64_t hi_el, int64
                bool write, uint64_t extra_bytes) {
   const auto& a = c.dev.memory.get(s.buffer_handle);
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
-  check(es > 0, BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": bad dtype");
+  BPVK_CHECK(es > 0, BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": bad dtype");
   // Everything must lie inside the storage, and the storage inside its buffer.
-  check(s.byte_offset <= a.size && s.byte_size <= a.size - s.byte_offset, BP_ERR_INVALID_ARGUMENT,
-        std::string(c.op()) + ": storage outside its buffer");
+  BPVK_CHECK(s.byte_offset <= a.size && s.byte_size <= a.size - s.byte_offset, BP_ERR_INVALID_ARGUMENT,
+             std::string(c.op()) + ": storage outside its buffer");
   const int64_t lo_b = static_cast<int64_t>(extra_bytes) + lo_el * es;
   const int64_t hi_b = static_cast<int64_t>(extra_bytes) + (hi_el + 1) * es;
-  check(lo_b >= 0 && hi_b <= static_cast<int64_t>(s.byte_size), BP_ERR_INVALID_ARGUMENT,
-        std::string(c.op()) + ": layout reaches outside its storage (bytes " + std::to_string(lo_b) + ".." +
-            std::to_string(hi_b) + " of " + std::to_string(s.byte_size) + ")");
+  BPVK_CHECK(lo_b >= 0 && hi_b <= static_cast<int64_t>(s.byte_size), BP_ERR_INVALID_ARGUMENT,
+             std::string(c.op()) + ": layout reaches outside its storage (bytes " + std::to_string(lo_b) +
+                 ".." + std::to_string(hi_b) + " of " + std::to_string(s.byte_size) + ")");
   const uint64_t start = a.offset + s.byte_offset + static_cast<uint64_t>(lo_b);
   const uint64_t end = a.offset + s.byte_offset + static_cast<uint64_t>(hi_b);
   const uint64_t align = bind_alignment(c.dev);
   const uint64_t base = start / align * align;
   const uint64_t range = end - base;
   const uint64_t max_range = c.dev.props.limits.maxStorageBufferRange;
-  check(range <= max_range, BP_ERR_UNIMPLEMENTED,
-        std::string(c.op()) + ": a tensor view of " + std::to_string(range) + " bytes exceeds " + c.dev.name +
-            "'s maxStorageBufferRange of " + std::to_string(max_range) + " bytes (vulkan plugin limit)");
-  check((start - base) % static_cast<uint64_t>(es) == 0, BP_ERR_INVALID_ARGUMENT,
-        std::string(c.op()) + ": storage not aligned to its element size");
-  check(range / static_cast<uint64_t>(es) < (1ull << 31), BP_ERR_UNIMPLEMENTED,
-        std::string(c.op()) + ": more than 2^31 elements in one view (vulkan plugin limit)");
+  BPVK_CHECK(range <= max_range, BP_ERR_UNIMPLEMENTED,
+             std::string(c.op()) + ": a tensor view of " + std::to_string(range) + " bytes exceeds " +
+                 c.dev.name + "'s maxStorageBufferRange of " + std::to_string(max_range) +
+                 " bytes (vulkan plugin limit)");
+  BPVK_CHECK((start - base) % static_cast<uint64_t>(es) == 0, BP_ERR_INVALID_ARGUMENT,
+             std::string(c.op()) + ": storage not aligned to its element size");
+  BPVK_CHECK(range / static_cast<uint64_t>(es) < (1ull << 31), BP_ERR_UNIMPLEMENTED,
+             std::string(c.op()) + ": more than 2^31 elements in one view (vulkan plugin limit)");
   Operand o;
   o.binding.buffer = c.dev.memory.vk_buffer(a);
   o.binding.offset = base;
@@ -147,7 +153,8 @@ Operand window(Call& c, const bp_storage& s, int64_t lo_el, int64_t hi_el, int64
 }  // namespace
 
 Operand bind(Call& c, const bp_storage& s, const bp_layout& l, bp_dtype dtype, bool write, uint64_t extra_bytes) {
-  check(s.buffer_handle != 0, BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": operand without a buffer");
+  BPVK_CHECK(s.buffer_handle != 0, BP_ERR_INVALID_ARGUMENT,
+             std::string(c.op()) + ": operand without a buffer");
   int64_t lo = l.offset, hi = l.offset;
   for (uint32_t i = 0; i < l.rank; ++i) {
     if (l.shape[i] == 0) return bind_dense(c, s, 0, dtype, write, extra_bytes);
@@ -182,12 +189,12 @@ Operand bind_dummy(Call& c) {
 }
 
 void Args::i32(int64_t v) {
-  check(v >= INT32_MIN && v <= INT32_MAX, BP_ERR_UNIMPLEMENTED,
-        "vulkan: value " + std::to_string(v) + " exceeds the 32-bit index range of the shaders");
+  BPVK_CHECK(v >= INT32_MIN && v <= INT32_MAX, BP_ERR_UNIMPLEMENTED,
+             "vulkan: value " + std::to_string(v) + " exceeds the 32-bit index range of the shaders");
   w.push_back(static_cast<int32_t>(v));
 }
 void Args::u32(uint64_t v) {
-  check(v <= UINT32_MAX, BP_ERR_UNIMPLEMENTED, "vulkan: value exceeds 32 bits");
+  BPVK_CHECK(v <= UINT32_MAX, BP_ERR_UNIMPLEMENTED, "vulkan: value exceeds 32 bits");
   w.push_back(static_cast<int32_t>(static_cast<uint32_t>(v)));
 }
 void Args::f32(double v) {
@@ -275,7 +282,7 @@ RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uin
   const bool per_thread = allow_per_thread && (p.inner_n <= 32 || (p.inner_n < 256 && p.outer_n >= 2048));
   p.mode = per_thread ? 1 : 0;
   p.groups = per_thread ? ceil_div(p.outer_n, 256) : p.outer_n;
-  check(p.groups < (1ull << 32), BP_ERR_UNIMPLEMENTED, "vulkan: too many rows");
+  BPVK_CHECK(p.groups < (1ull << 32), BP_ERR_UNIMPLEMENTED, "vulkan: too many rows");
   return p;
 }
 

@@ -28,13 +28,17 @@ void eltwise_dispatch(Call& c, const std::string& shader_name, std::vector<int32
                       const Args& params, uint64_t out_extra_bytes = 0) {
   const int64_t n = numel(ol);
   if (n == 0) return;
-  check(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
-        std::string(c.op()) + ": more than 2^31 elements (vulkan plugin limit)");
+  BPVK_CHECK(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
+             std::string(c.op()) + ": more than 2^31 elements (vulkan plugin limit)");
   std::vector<Binding> bindings;
   std::vector<int64_t> offsets;
   std::vector<const int64_t*> strides;
+  bindings.reserve(ins.size() + 1);
+  offsets.reserve(ins.size() + 1);
+  strides.reserve(ins.size() + 1);
   for (const In& in : ins) {
-    check(in.l->rank == ol.rank, BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": input rank differs from output");
+    BPVK_CHECK(in.l->rank == ol.rank, BP_ERR_INVALID_ARGUMENT,
+               std::string(c.op()) + ": input rank differs from output");
     Operand o = bind(c, *in.s, *in.l, in.dt, false);
     bindings.push_back(o.binding);
     offsets.push_back(o.offset);
@@ -53,6 +57,7 @@ void eltwise_dispatch(Call& c, const std::string& shader_name, std::vector<int32
   }
   fast = fast && fast_mode && offsets.size() <= 4;
   Args a;
+  a.w.reserve(10 + 9 * offsets.size() + params.w.size());
   eltwise_header(a, co, offsets, fast);
   a.w.insert(a.w.end(), params.w.begin(), params.w.end());
   // The fast path is a pipeline of its own (MODE: fast, which inputs are
@@ -163,19 +168,20 @@ void concat_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
   const bp_layout& ol = c.lout();
-  check(dim >= 0 && static_cast<uint32_t>(dim) < ol.rank, BP_ERR_INVALID_ARGUMENT, "concat: dim out of range");
+  BPVK_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < ol.rank, BP_ERR_INVALID_ARGUMENT,
+             "concat: dim out of range");
   int64_t at = 0;
   for (size_t k = 0; k < c.n_in; ++k) {
     const bp_layout& il = c.lin(k);
-    check(il.rank == ol.rank, BP_ERR_INVALID_ARGUMENT, "concat: input rank differs from output");
+    BPVK_CHECK(il.rank == ol.rank, BP_ERR_INVALID_ARGUMENT, "concat: input rank differs from output");
     bp_layout view = ol;
     for (uint32_t i = 0; i < ol.rank; ++i) view.shape[i] = il.shape[i];
     view.offset = ol.offset + at * ol.strides[dim];
     at += il.shape[dim];
-    check(at <= ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs longer than the output");
+    BPVK_CHECK(at <= ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs longer than the output");
     eltwise_dispatch(c, copy_shader(d, d), {}, true, {{&c.in[k], &il, d}}, c.out[0], view, d, Args{});
   }
-  check(at == ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs do not fill the output");
+  BPVK_CHECK(at == ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs do not fill the output");
 }
 
 }  // namespace

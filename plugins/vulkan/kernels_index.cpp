@@ -14,10 +14,10 @@ void gather_dispatch(Call& c, const Operand& x, const Operand& idx, const Operan
                      const int64_t* xs, const int64_t* is, int64_t x_dim_stride, int64_t x_dim_size) {
   const int64_t n = numel(ol);
   if (n == 0) return;
-  check(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, std::string(c.op()) + ": more than 2^31 elements");
+  BPVK_CHECK(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, std::string(c.op()) + ": more than 2^31 elements");
   const auto os = dense_strides(ol.rank, ol.shape);
   const Coalesced co = coalesce(ol.rank, ol.shape, {xs, is, os.data()});
-  check(x_dim_size > 0, BP_ERR_OUT_OF_RANGE, std::string(c.op()) + ": index into an empty dim");
+  BPVK_CHECK(x_dim_size > 0, BP_ERR_OUT_OF_RANGE, std::string(c.op()) + ": index into an empty dim");
   Args a;
   a.i32(co.rank);
   for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < co.rank ? co.shape[i] : 1);
@@ -37,8 +37,8 @@ void gather_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout &xl = c.lin(0), &il = c.lin(1), &ol = c.lout();
   const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
-  check(xl.rank == il.rank && il.rank == ol.rank && dim >= 0 && static_cast<uint32_t>(dim) < xl.rank,
-        BP_ERR_INVALID_ARGUMENT, "gather: ranks or dim do not match");
+  BPVK_CHECK(xl.rank == il.rank && il.rank == ol.rank && dim >= 0 && static_cast<uint32_t>(dim) < xl.rank,
+             BP_ERR_INVALID_ARGUMENT, "gather: ranks or dim do not match");
   if (numel(ol) == 0) return;
   Operand x = bind(c, c.in[0], xl, d, false);
   Operand idx = bind(c, c.in[1], il, BP_DTYPE_I64, false);
@@ -52,8 +52,8 @@ void index_select_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout &xl = c.lin(0), &il = c.lin(1), &ol = c.lout();
   const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
-  check(dim >= 0 && static_cast<uint32_t>(dim) < xl.rank && ol.rank == xl.rank - 1 + il.rank, BP_ERR_INVALID_ARGUMENT,
-        "index_select: ranks or dim do not match");
+  BPVK_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < xl.rank && ol.rank == xl.rank - 1 + il.rank,
+             BP_ERR_INVALID_ARGUMENT, "index_select: ranks or dim do not match");
   if (numel(ol) == 0) return;
   Operand x = bind(c, c.in[0], xl, d, false);
   Operand idx = bind(c, c.in[1], il, BP_DTYPE_I64, false);
@@ -76,15 +76,17 @@ void topk_impl(Call& c) {
   const auto& tp = c.params_of(BP_PARAMS_TOPK).u.topk;
   const bp_bundle_slot* slots = c.out[0].slots;
   const bp_layout& vl = slots[0].layout;
-  check(slots[0].dtype == d && slots[1].dtype == BP_DTYPE_I64, BP_ERR_INVALID_ARGUMENT, "topk: bad bundle slots");
+  BPVK_CHECK(slots[0].dtype == d && slots[1].dtype == BP_DTYPE_I64, BP_ERR_INVALID_ARGUMENT,
+             "topk: bad bundle slots");
   const uint32_t rank = in.rank;
   const int dim = rank == 0 ? 0 : tp.dim;
-  check(rank == 0 || (dim >= 0 && static_cast<uint32_t>(dim) < rank), BP_ERR_INVALID_ARGUMENT, "topk: dim out of range");
+  BPVK_CHECK(rank == 0 || (dim >= 0 && static_cast<uint32_t>(dim) < rank), BP_ERR_INVALID_ARGUMENT,
+             "topk: dim out of range");
   const int64_t n = rank == 0 ? 1 : in.shape[dim];
-  check(tp.k >= 0 && tp.k <= n, BP_ERR_INVALID_ARGUMENT,
-        "topk: k = " + std::to_string(tp.k) + " outside [0, " + std::to_string(n) + "]");
+  BPVK_CHECK(tp.k >= 0 && tp.k <= n, BP_ERR_INVALID_ARGUMENT,
+             "topk: k = " + std::to_string(tp.k) + " outside [0, " + std::to_string(n) + "]");
   const int64_t n_out = numel(vl);
-  check(numel(slots[1].layout) == n_out, BP_ERR_INVALID_ARGUMENT, "topk: slot shapes differ");
+  BPVK_CHECK(numel(slots[1].layout) == n_out, BP_ERR_INVALID_ARGUMENT, "topk: slot shapes differ");
   if (n_out == 0) return;
   const uint32_t mask = rank == 0 ? 0u : 1u << dim;
   // Output strides per input dim: dense over the output shape (dim has k).

@@ -10,10 +10,11 @@ void matmul_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout &al = c.lin(0), &bl = c.lin(1), &cl = c.lout();
   const uint32_t r = cl.rank;
-  check(r >= 2 && al.rank == r && bl.rank == r, BP_ERR_INVALID_ARGUMENT, "matmul: operands must have the output's rank >= 2");
+  BPVK_CHECK(r >= 2 && al.rank == r && bl.rank == r, BP_ERR_INVALID_ARGUMENT,
+             "matmul: operands must have the output's rank >= 2");
   const int64_t M = al.shape[r - 2], K = al.shape[r - 1], N = bl.shape[r - 1];
-  check(bl.shape[r - 2] == K && cl.shape[r - 2] == M && cl.shape[r - 1] == N, BP_ERR_INVALID_ARGUMENT,
-        "matmul: shapes do not match");
+  BPVK_CHECK(bl.shape[r - 2] == K && cl.shape[r - 2] == M && cl.shape[r - 1] == N, BP_ERR_INVALID_ARGUMENT,
+             "matmul: shapes do not match");
   const int64_t total = numel(cl);
   if (total == 0) return;
   Operand a = bind(c, c.in[0], al, d, false);
@@ -40,7 +41,7 @@ void matmul_impl(Call& c) {
   for (int k = 0; k < 3; ++k)
     for (int i = 0; i < BP_MAX_RANK; ++i) args.i32(i < bc.rank ? bc.strides[k][i] : 0);
   const uint64_t groups = ceil_div(M, 64) * ceil_div(N, 64) * static_cast<uint64_t>(batch);
-  check(groups < (1ull << 31), BP_ERR_UNIMPLEMENTED, "matmul: too many tiles");
+  BPVK_CHECK(groups < (1ull << 31), BP_ERR_UNIMPLEMENTED, "matmul: too many tiles");
   const Pipeline& p = c.dev.pipelines.get(shader("matmul", d), {}, 3);
   const Binding bs[] = {a.binding, b.binding, o.binding};
   c.dev.exec.dispatch(p, bs, args.w, static_cast<uint32_t>(batch), 0, groups, c.op());
@@ -50,13 +51,14 @@ void conv2d_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout &xl = c.lin(0), &wl = c.lin(1), &ol = c.lout();
   const auto& cp = c.params_of(BP_PARAMS_CONV2D).u.conv2d;
-  check(xl.rank == 4 && wl.rank == 4 && ol.rank == 4, BP_ERR_INVALID_ARGUMENT, "conv2d: x, w and output must be 4-D");
+  BPVK_CHECK(xl.rank == 4 && wl.rank == 4 && ol.rank == 4, BP_ERR_INVALID_ARGUMENT,
+             "conv2d: x, w and output must be 4-D");
   const int64_t N = xl.shape[0], C = xl.shape[1], H = xl.shape[2], W = xl.shape[3];
   const int64_t O = wl.shape[0], KH = wl.shape[2], KW = wl.shape[3];
   const int64_t OH = ol.shape[2], OW = ol.shape[3];
-  check(cp.groups >= 1 && C % cp.groups == 0 && O % cp.groups == 0 && wl.shape[1] == C / cp.groups &&
-            ol.shape[0] == N && ol.shape[1] == O,
-        BP_ERR_INVALID_ARGUMENT, "conv2d: shapes and groups do not match");
+  BPVK_CHECK(cp.groups >= 1 && C % cp.groups == 0 && O % cp.groups == 0 && wl.shape[1] == C / cp.groups &&
+                 ol.shape[0] == N && ol.shape[1] == O,
+             BP_ERR_INVALID_ARGUMENT, "conv2d: shapes and groups do not match");
   const int64_t total = numel(ol);
   if (total == 0) return;
   const bool has_bias = c.n_in > 2 && c.present(2);
@@ -73,8 +75,8 @@ void conv2d_impl(Call& c) {
   a.i32(b.offset);
   a.i32(o.offset);
   a.i32(has_bias ? 1 : 0);
-  check(total < (int64_t{1} << 31) && C / cp.groups * KH * KW < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
-        "conv2d: more than 2^31 outputs or reduction terms");
+  BPVK_CHECK(total < (int64_t{1} << 31) && C / cp.groups * KH * KW < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
+             "conv2d: more than 2^31 outputs or reduction terms");
   const uint64_t groups = ceil_div(N * OH * OW, 64) * ceil_div(O / cp.groups, 64) * static_cast<uint64_t>(cp.groups);
   const Pipeline& p = c.dev.pipelines.get(shader("conv2d", d), {}, 4);
   const Binding bs[] = {x.binding, w.binding, b.binding, o.binding};

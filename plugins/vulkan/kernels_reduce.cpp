@@ -13,7 +13,8 @@ uint32_t dims_mask(const bp_layout& in, uint32_t n_dims, const int32_t* dims) {
   if (n_dims == 0) return in.rank == 0 ? 0u : ((1u << in.rank) - 1u);  // absent = all dims
   uint32_t m = 0;
   for (uint32_t i = 0; i < n_dims; ++i) {
-    check(dims[i] >= 0 && static_cast<uint32_t>(dims[i]) < in.rank, BP_ERR_INVALID_ARGUMENT, "reduction dim out of range");
+    BPVK_CHECK(dims[i] >= 0 && static_cast<uint32_t>(dims[i]) < in.rank, BP_ERR_INVALID_ARGUMENT,
+               "reduction dim out of range");
     m |= 1u << dims[i];
   }
   return m;
@@ -31,7 +32,8 @@ void reduce_impl(Call& c) {
   Operand o = bind_dense(c, c.out[0], n_out, d, true);
   Args a;
   RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset);
-  check(p.outer_n == n_out, BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": output size does not match the reduction");
+  BPVK_CHECK(p.outer_n == n_out, BP_ERR_INVALID_ARGUMENT,
+             std::string(c.op()) + ": output size does not match the reduction");
   if (p.inner_n == 0 && c.row.code >= 3)
     fail(BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": reduction over an empty dim has no identity");
   // (inner_n == 0 still dispatches: the shader writes the identity.)
@@ -65,8 +67,8 @@ void argreduce_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout& in = c.lin(0);
   const auto& ap = c.params_of(BP_PARAMS_ARG_REDUCE).u.arg_reduce;
-  check(ap.dim >= 0 && static_cast<uint32_t>(ap.dim) < std::max<uint32_t>(in.rank, 1), BP_ERR_INVALID_ARGUMENT,
-        std::string(c.op()) + ": dim out of range");
+  BPVK_CHECK(ap.dim >= 0 && static_cast<uint32_t>(ap.dim) < std::max<uint32_t>(in.rank, 1),
+             BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": dim out of range");
   const uint32_t mask = in.rank == 0 ? 0u : (1u << ap.dim);
   const auto os = reduced_out_strides(in, mask);
   const int64_t n_out = numel(c.lout());
@@ -130,12 +132,12 @@ void norm_impl(Call& c) {
   if (op <= 2) {
     if (op <= 1) {
       const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
-      check(in.rank == 0 || (dim >= 0 && static_cast<uint32_t>(dim) < in.rank), BP_ERR_INVALID_ARGUMENT,
-            std::string(c.op()) + ": dim out of range");
+      BPVK_CHECK(in.rank == 0 || (dim >= 0 && static_cast<uint32_t>(dim) < in.rank), BP_ERR_INVALID_ARGUMENT,
+                 std::string(c.op()) + ": dim out of range");
       mask = in.rank == 0 ? 0u : 1u << dim;
     } else {
       const auto& lp = c.params_of(BP_PARAMS_LAYER_NORM).u.layer_norm;
-      check(lp.n_dims >= 1 && lp.n_dims <= in.rank, BP_ERR_INVALID_ARGUMENT, "layer_norm: bad dims");
+      BPVK_CHECK(lp.n_dims >= 1 && lp.n_dims <= in.rank, BP_ERR_INVALID_ARGUMENT, "layer_norm: bad dims");
       for (uint32_t i = in.rank - lp.n_dims; i < in.rank; ++i) mask |= 1u << i;
       scalar = lp.eps;
     }
@@ -159,8 +161,8 @@ void norm_impl(Call& c) {
     const bp_bundle_slot* slots = c.out[0].slots;
     const int64_t n_out = numel(slots[0].layout);
     if (n_out == 0) return;
-    check(slots[0].dtype == d && slots[1].dtype == d && numel(slots[1].layout) == n_out, BP_ERR_INVALID_ARGUMENT,
-          "var_mean: bundle slots do not match");
+    BPVK_CHECK(slots[0].dtype == d && slots[1].dtype == d && numel(slots[1].layout) == n_out,
+               BP_ERR_INVALID_ARGUMENT, "var_mean: bundle slots do not match");
     const uint64_t es = dtype_size(d);
     o = bind_dense(c, c.out[0], n_out, d, true, slots[0].byte_offset + slots[0].layout.offset * es);
     o2 = bind_dense(c, c.out[0], n_out, d, true, slots[1].byte_offset + slots[1].layout.offset * es);

@@ -54,7 +54,7 @@ void Memory::init(Device* dev) {
     if (local && (f & kHost) == kHost && heap == best_heap && mapped_type < 0) mapped_type = static_cast<int>(t);
     if ((f & kHost) == kHost && host_type < 0) host_type = static_cast<int>(t);
   }
-  check(host_type >= 0, BP_ERR_UNAVAILABLE, "vulkan: no host-visible coherent memory type");
+  BPVK_CHECK(host_type >= 0, BP_ERR_UNAVAILABLE, "vulkan: no host-visible coherent memory type");
   if (mapped_type >= 0) {
     mapped_ = true;
     device_type_ = static_cast<uint32_t>(mapped_type);
@@ -127,9 +127,9 @@ Block* Memory::new_block(uint64_t size) {
 }
 
 bp_buffer Memory::allocate(uint64_t size) {
-  check(size <= max_alloc_, BP_ERR_OUT_OF_MEMORY,
-        "vulkan: buffer of " + std::to_string(size) + " bytes exceeds the device's maxMemoryAllocationSize (" +
-            std::to_string(max_alloc_) + ")");
+  BPVK_CHECK(size <= max_alloc_, BP_ERR_OUT_OF_MEMORY,
+             "vulkan: buffer of " + std::to_string(size) +
+                 " bytes exceeds the device's maxMemoryAllocationSize (" + std::to_string(max_alloc_) + ")");
   const uint64_t need = align_up(std::max<uint64_t>(size, 1), alignment_);
   Allocation a{};
   bool placed = false;
@@ -299,9 +299,9 @@ void Memory::staged_copy(VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t 
 
 void Memory::write(uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
   const Allocation& a = get(handle);
-  check(offset <= a.size && size <= a.size - offset, BP_ERR_INVALID_ARGUMENT,
-        "vulkan: buffer_write of " + std::to_string(size) + " bytes at " + std::to_string(offset) +
-            " outside a buffer of " + std::to_string(a.size));
+  BPVK_CHECK(offset <= a.size && size <= a.size - offset, BP_ERR_INVALID_ARGUMENT,
+             "vulkan: buffer_write of " + std::to_string(size) + " bytes at " + std::to_string(offset) +
+                 " outside a buffer of " + std::to_string(a.size));
   if (size == 0) return;
   if (uint8_t* p = mapped(a)) {
     std::memcpy(p + offset, src, size);
@@ -320,9 +320,9 @@ void Memory::write(uint64_t handle, uint64_t offset, const void* src, uint64_t s
 
 void Memory::read(uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
   const Allocation& a = get(handle);
-  check(offset <= a.size && size <= a.size - offset, BP_ERR_INVALID_ARGUMENT,
-        "vulkan: buffer_read of " + std::to_string(size) + " bytes at " + std::to_string(offset) +
-            " outside a buffer of " + std::to_string(a.size));
+  BPVK_CHECK(offset <= a.size && size <= a.size - offset, BP_ERR_INVALID_ARGUMENT,
+             "vulkan: buffer_read of " + std::to_string(size) + " bytes at " + std::to_string(offset) +
+                 " outside a buffer of " + std::to_string(a.size));
   if (size == 0) return;
   if (uint8_t* p = mapped(a)) {
     std::memcpy(dst, p + offset, size);

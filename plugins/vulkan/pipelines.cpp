@@ -158,7 +158,7 @@ VkShaderModule Pipelines::module(const std::string& shader) {
     ci.pCode = file_words.data();
   } else {
     const SpirvBlob* blob = find_spirv(shader);
-    check(blob != nullptr, BP_ERR_INTERNAL, "vulkan: no embedded shader " + shader);
+    BPVK_CHECK(blob != nullptr, BP_ERR_INTERNAL, "vulkan: no embedded shader " + shader);
     ci.codeSize = blob->n_words * 4;
     ci.pCode = blob->words;
   }
@@ -172,7 +172,8 @@ const Pipeline& Pipelines::get(const std::string& shader, const std::vector<int3
   auto key = std::make_pair(shader, spec);
   auto it = pipelines_.find(key);
   if (it != pipelines_.end()) {
-    check(it->second.n_bindings == n_operands + 2, BP_ERR_INTERNAL, "vulkan: binding count mismatch for " + shader);
+    BPVK_CHECK(it->second.n_bindings == n_operands + 2, BP_ERR_INTERNAL,
+               "vulkan: binding count mismatch for " + shader);
     return it->second;
   }
   const Layout& l = layout(n_operands + 2);

@@ -26,16 +26,16 @@ uint32_t api_device_count() {
 
 bp_error* api_device_get(uint32_t index, bp_device** out) {
   return sdk::guard([&] {
-    check(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_get without out_device");
+    BPVK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_get without out_device");
     Context* c = Context::current();
-    check(c != nullptr, BP_ERR_UNAVAILABLE, "vulkan: plugin not initialized");
+    BPVK_CHECK(c != nullptr, BP_ERR_UNAVAILABLE, "vulkan: plugin not initialized");
     *out = c->device(index).handle();
   });
 }
 
 bp_error* api_device_info(bp_device* device, bp_device_info* info) {
   return sdk::guard([&] {
-    check(info != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_info without out_info");
+    BPVK_CHECK(info != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_info without out_info");
     Device& d = Device::from(device);
     bp_device_info out{};
     out.struct_size = sizeof(bp_device_info);
@@ -54,10 +54,10 @@ bp_error* api_device_info(bp_device* device, bp_device_info* info) {
 
 bp_error* api_device_supports_kernel(bp_device* device, uint32_t kernel_index, bool* out) {
   return sdk::guard([&] {
-    check(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_supports_kernel without out");
+    BPVK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_supports_kernel without out");
     Device& d = Device::from(device);
     const auto& rows = registry().rows();
-    check(kernel_index < rows.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: bad kernel index");
+    BPVK_CHECK(kernel_index < rows.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: bad kernel index");
     bool ok = true;
     const Row& row = rows[kernel_index];
     for (size_t i = 0; i < row.dtypes.size(); ++i)
@@ -68,7 +68,7 @@ bp_error* api_device_supports_kernel(bp_device* device, uint32_t kernel_index, b
 
 bp_error* api_buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out) {
   return sdk::guard([&] {
-    check(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_allocate without out_buffer");
+    BPVK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_allocate without out_buffer");
     Device& d = Device::from(device);
     std::lock_guard<std::mutex> lock(d.mu);
     *out = d.memory.allocate(size);
@@ -87,7 +87,7 @@ void api_buffer_free(bp_device* device, uint64_t handle) {
 
 bp_error* api_buffer_write(bp_device* device, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
   return sdk::guard([&] {
-    check(src != nullptr || size == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_write from NULL");
+    BPVK_CHECK(src != nullptr || size == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_write from NULL");
     Device& d = Device::from(device);
     std::lock_guard<std::mutex> lock(d.mu);
     d.memory.write(handle, offset, src, size);
@@ -96,7 +96,7 @@ bp_error* api_buffer_write(bp_device* device, uint64_t handle, uint64_t offset, 
 
 bp_error* api_buffer_read(bp_device* device, uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
   return sdk::guard([&] {
-    check(dst != nullptr || size == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_read into NULL");
+    BPVK_CHECK(dst != nullptr || size == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_read into NULL");
     Device& d = Device::from(device);
     std::lock_guard<std::mutex> lock(d.mu);
     d.memory.read(handle, offset, dst, size);
