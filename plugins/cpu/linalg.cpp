@@ -1,5 +1,6 @@
 // matmul and conv2d (float dtypes, as OPS.md) on one packed GEMM; conv2d
-// packs its B operand straight from the image (implicit im2col).
+// packs its B operand straight from the image (implicit im2col), except the
+// 3x3 stride-1 convolutions winograd.cpp takes.
 //
 // The GEMM follows the BLIS layout: B is packed into KC x NR micro-panels,
 // A into MR x KC micro-panels, and an MR x NR register tile accumulates
@@ -9,6 +10,7 @@
 // inside functions compiled for avx512f, avx2+fma and baseline x86-64; the
 // ISA chosen at initialize picks one.
 #include "kernels.hpp"
+#include "winograd.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -405,8 +407,15 @@ template <bp_dtype D> struct Conv2dK {
       const T* bsrc = c.in_data<T>(2);
       for (int64_t o = 0; o < O; ++o) bias[o] = static_cast<P>(ld(bsrc[lbias.offset + o * lbias.strides[0]]));
     }
-    std::vector<P> tmp(std::is_same_v<T, P> ? 0 : static_cast<size_t>(Og * L));
     const int64_t xs0 = lx.strides[0], xs1 = lx.strides[1], xs2 = lx.strides[2], xs3 = lx.strides[3];
+    if constexpr (std::is_same_v<P, float>) {
+      const WinogradConv wg{N, C, H, W, O, G, pt, pl, OH, OW, {xs0, xs1, xs2, xs3}};
+      if (kH == 3 && kW == 3 && sh == 1 && sw == 1 && dh == 1 && dw == 1 && winograd_pays(wg)) {
+        conv2d_winograd<T>(c, wg, x + lx.offset, wd.data(), bias.data(), y);
+        return;
+      }
+    }
+    std::vector<P> tmp(std::is_same_v<T, P> ? 0 : static_cast<size_t>(Og * L));
     for (int64_t n = 0; n < N; ++n) {
       for (int64_t g = 0; g < G; ++g) {
         const Im2colB<T, P> src{x + lx.offset + n * xs0 + g * Cg * xs1, xs1, xs2, xs3, H, W, kH, kW, OW, sh, sw, pt, pl, dh, dw};

@@ -68,7 +68,15 @@ void conv2d_cases(CaseContext& ctx) {
       {{0, 3, 5, 5}, {2, 3, 3, 3}, true, Json::object()},
       {{1, 2, 4, 7}, {3, 2, 2, 3}, false, {{"stride", {1, 2}}, {"dilation", {2, 1}}}},
   };
-  if (ctx.large) list.push_back({{1, 16, 32, 32}, {16, 16, 3, 3}, true, {{"padding", 1}}});
+  if (ctx.large) {
+    list.push_back({{1, 16, 32, 32}, {16, 16, 3, 3}, true, {{"padding", 1}}});
+    // Wide enough for the CPU plugin's Winograd F(2x2, 3x3) path: with and
+    // without bias, and odd output sizes (tiles hanging over the edge) with
+    // uneven padding.
+    list.push_back({{2, 32, 12, 12}, {32, 32, 3, 3}, true, {{"padding", 1}}});
+    list.push_back({{2, 32, 12, 12}, {32, 32, 3, 3}, false, {{"padding", 1}}});
+    list.push_back({{2, 32, 13, 11}, {40, 32, 3, 3}, true, {{"padding", {0, 1, 2, 1}}}});
+  }
   for (const auto& c : list) {
     OpSpec s;
     s.op = "conv2d";
