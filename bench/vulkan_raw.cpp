@@ -24,8 +24,6 @@
 //   backplane_vulkan_raw [--device N] [--case NAME]... [--min-time S] [--json]
 #include <vulkan/vulkan.h>
 
-#include "vulkan_raw_add.spv.h"  // raw_add_spv[]: bench/vulkan_raw_add.comp, compiled at build time
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -35,6 +33,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "vulkan_raw_add.spv.h"  // raw_add_spv[]: bench/vulkan_raw_add.comp, compiled at build time
 
 namespace {
 
@@ -47,8 +47,8 @@ void vk(VkResult r, const char* what) {
 }
 
 constexpr uint32_t kWG = 256;
-constexpr uint32_t kBigN = 16u << 20;   // add_16M elements
-constexpr uint32_t kSmallN = 4096;      // chain100_add_4K elements
+constexpr uint32_t kBigN = 16u << 20;  // add_16M elements
+constexpr uint32_t kSmallN = 4096;     // chain100_add_4K elements
 constexpr int kChain = 100;
 
 struct Buffer {
@@ -97,13 +97,15 @@ class Raw {
       if (big_wanted_) vkCmdCopyBuffer(c, big_[2].buffer, check_.buffer, 1, &r0);
       // dispatch 99 is odd: it writes small_[2] (see create()).
       vkCmdCopyBuffer(c, small_[2].buffer, check_.buffer, 1, &r1);
-      VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER, nullptr, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT};
-      vkCmdPipelineBarrier(c, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0,
-                           nullptr);
+      VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER, nullptr, VK_ACCESS_TRANSFER_WRITE_BIT,
+                         VK_ACCESS_HOST_READ_BIT};
+      vkCmdPipelineBarrier(c, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
+                           nullptr, 0, nullptr);
     });
     float got[2];
     std::memcpy(got, check_.mapped, sizeof got);
-    if (big_wanted_ && got[0] != 3.0f) throw Failure("wrong result: add gave " + std::to_string(got[0]) + ", want 3");
+    if (big_wanted_ && got[0] != 3.0f)
+      throw Failure("wrong result: add gave " + std::to_string(got[0]) + ", want 3");
     if (got[1] != 101.0f) throw Failure("wrong result: chain gave " + std::to_string(got[1]) + ", want 101");
   }
 
@@ -148,7 +150,8 @@ class Raw {
       if (p.apiVersion >= VK_API_VERSION_1_1) usable.push_back(pd);
     }
     if (index >= usable.size())
-      throw Failure("no Vulkan 1.1 device " + std::to_string(index) + " (" + std::to_string(usable.size()) + " found)");
+      throw Failure("no Vulkan 1.1 device " + std::to_string(index) + " (" + std::to_string(usable.size()) +
+                    " found)");
     phys_ = usable[index];
     VkPhysicalDeviceProperties props{};
     vkGetPhysicalDeviceProperties(phys_, &props);
@@ -157,8 +160,10 @@ class Raw {
     api_version = std::to_string(VK_API_VERSION_MAJOR(props.apiVersion)) + "." +
                   std::to_string(VK_API_VERSION_MINOR(props.apiVersion)) + "." +
                   std::to_string(VK_API_VERSION_PATCH(props.apiVersion));
-    if (kBigN / 4 / kWG > props.limits.maxComputeWorkGroupCount[0]) throw Failure("grid too large for the device");
-    if (uint64_t{kBigN} * 4 > props.limits.maxStorageBufferRange) throw Failure("64 MiB exceeds maxStorageBufferRange");
+    if (kBigN / 4 / kWG > props.limits.maxComputeWorkGroupCount[0])
+      throw Failure("grid too large for the device");
+    if (uint64_t{kBigN} * 4 > props.limits.maxStorageBufferRange)
+      throw Failure("64 MiB exceeds maxStorageBufferRange");
 
     // A compute queue, dedicated if there is one (as the plugin picks).
     uint32_t nq = 0;
@@ -168,7 +173,8 @@ class Raw {
     bool found = false;
     for (int pass = 0; pass < 2 && !found; ++pass)
       for (uint32_t i = 0; i < nq && !found; ++i)
-        if ((qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && (pass == 1 || !(qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT))) {
+        if ((qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) &&
+            (pass == 1 || !(qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT))) {
           family_ = i;
           found = true;
         }
@@ -233,7 +239,8 @@ class Raw {
     cpi.stage.module = module_;
     cpi.stage.pName = "main";
     cpi.layout = layout_;
-    vk(vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &cpi, nullptr, &pipeline_), "vkCreateComputePipelines");
+    vk(vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &cpi, nullptr, &pipeline_),
+       "vkCreateComputePipelines");
 
     // Buffers: a, b, c of 16M f32; x, p, q of 4K f32; a small readback buffer.
     if (big_wanted_)
@@ -293,7 +300,8 @@ class Raw {
     VkBufferCreateInfo bci{};
     bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
     bci.size = size;
-    bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                VK_BUFFER_USAGE_TRANSFER_DST_BIT;
     bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
     vk(vkCreateBuffer(dev_, &bci, nullptr, &buf.buffer), "vkCreateBuffer");
     VkMemoryRequirements req{};
@@ -325,7 +333,8 @@ class Raw {
     ai.pSetLayouts = &set_layout_;
     VkDescriptorSet set = VK_NULL_HANDLE;
     vk(vkAllocateDescriptorSets(dev_, &ai, &set), "vkAllocateDescriptorSets");
-    VkDescriptorBufferInfo info[3] = {{a.buffer, 0, VK_WHOLE_SIZE}, {b.buffer, 0, VK_WHOLE_SIZE}, {c.buffer, 0, VK_WHOLE_SIZE}};
+    VkDescriptorBufferInfo info[3] = {
+        {a.buffer, 0, VK_WHOLE_SIZE}, {b.buffer, 0, VK_WHOLE_SIZE}, {c.buffer, 0, VK_WHOLE_SIZE}};
     VkWriteDescriptorSet w[3]{};
     for (uint32_t i = 0; i < 3; ++i) {
       w[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
@@ -340,10 +349,11 @@ class Raw {
   }
 
   static void compute_barrier(VkCommandBuffer c) {
-    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER, nullptr, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER, nullptr,
+                       VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
                        VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
-    vkCmdPipelineBarrier(c, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
-                         nullptr, 0, nullptr);
+    vkCmdPipelineBarrier(c, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+                         &mb, 0, nullptr, 0, nullptr);
   }
 
   void add(VkCommandBuffer c, VkDescriptorSet set, uint32_t n) {
@@ -363,12 +373,13 @@ class Raw {
     bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
     vk(vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
-    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER, nullptr, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER, nullptr,
+                       VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                        VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
                            VK_ACCESS_TRANSFER_WRITE_BIT};
     vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, nullptr,
-                         0, nullptr);
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0,
+                         nullptr, 0, nullptr);
     body(cmd_);
     vk(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
     VkSubmitInfo si{};
@@ -423,8 +434,10 @@ std::string json_string(const std::string& s) {
 
 std::string human_time(double t) {
   char buf[32];
-  if (t < 1e-3) std::snprintf(buf, sizeof buf, "%.3f us", t * 1e6);
-  else std::snprintf(buf, sizeof buf, "%.3f ms", t * 1e3);
+  if (t < 1e-3)
+    std::snprintf(buf, sizeof buf, "%.3f us", t * 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.3f ms", t * 1e3);
   return buf;
 }
 
@@ -452,15 +465,20 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (a == "--json") json = true;
-      else if (a == "--device") device = static_cast<uint32_t>(std::stoul(value()));
-      else if (a == "--min-time") min_time = std::stod(value());
+      if (a == "--json")
+        json = true;
+      else if (a == "--device")
+        device = static_cast<uint32_t>(std::stoul(value()));
+      else if (a == "--min-time")
+        min_time = std::stod(value());
       else if (a == "--case") {
         cases.push_back(value());
         if (std::find(known.begin(), known.end(), cases.back()) == known.end())
           return usage(("unknown case " + cases.back()).c_str());
-      } else if (a == "--help" || a == "-h") return usage(nullptr);
-      else return usage(("unknown argument " + a).c_str());
+      } else if (a == "--help" || a == "-h")
+        return usage(nullptr);
+      else
+        return usage(("unknown argument " + a).c_str());
     } catch (const std::exception& e) {
       return usage(e.what());
     }
@@ -475,30 +493,35 @@ int main(int argc, char** argv) {
     raw.verify();
     std::vector<Result> results;
     if (wanted("add_16M")) results.push_back({"add_16M", measure([&] { raw.run_add(); }, min_time)});
-    if (wanted("chain100_add_4K")) results.push_back({"chain100_add_4K", measure([&] { raw.run_chain(); }, min_time)});
-    if (wanted("empty_submit")) results.push_back({"empty_submit", measure([&] { raw.run_empty(); }, min_time)});
+    if (wanted("chain100_add_4K"))
+      results.push_back({"chain100_add_4K", measure([&] { raw.run_chain(); }, min_time)});
+    if (wanted("empty_submit"))
+      results.push_back({"empty_submit", measure([&] { raw.run_empty(); }, min_time)});
 
     const double add_bytes = 3.0 * 4 * kBigN;
     if (json) {
-      std::printf("{\n  \"program\": \"backplane_vulkan_raw\",\n  \"device_index\": %u,\n  \"device\": %s,\n"
-                  "  \"api_version\": \"%s\",\n  \"cases\": [",
-                  device, json_string(raw.device_name).c_str(), raw.api_version.c_str());
+      std::printf(
+          "{\n  \"program\": \"backplane_vulkan_raw\",\n  \"device_index\": %u,\n  \"device\": %s,\n"
+          "  \"api_version\": \"%s\",\n  \"cases\": [",
+          device, json_string(raw.device_name).c_str(), raw.api_version.c_str());
       for (size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
         std::printf("%s\n    {\"case\": \"%s\", \"seconds\": %.9g", i ? "," : "", r.name.c_str(), r.seconds);
-        if (r.name == "add_16M") std::printf(", \"bytes\": %.0f, \"gbps\": %.6g", add_bytes, add_bytes / r.seconds / 1e9);
+        if (r.name == "add_16M")
+          std::printf(", \"bytes\": %.0f, \"gbps\": %.6g", add_bytes, add_bytes / r.seconds / 1e9);
         if (r.name == "chain100_add_4K")
           std::printf(", \"dispatches\": %d, \"per_dispatch_seconds\": %.9g", kChain, r.seconds / kChain);
         std::printf("}");
       }
       std::printf("\n  ]\n}\n");
     } else {
-      std::printf("raw Vulkan baseline, device %u: %s (Vulkan %s)\n%-26s %12s  %s\n", device, raw.device_name.c_str(),
-                  raw.api_version.c_str(), "case", "time", "rate");
+      std::printf("raw Vulkan baseline, device %u: %s (Vulkan %s)\n%-26s %12s  %s\n", device,
+                  raw.device_name.c_str(), raw.api_version.c_str(), "case", "time", "rate");
       for (const Result& r : results) {
         std::string rate;
         char buf[64];
-        if (r.name == "add_16M") std::snprintf(buf, sizeof buf, "%.2f GB/s", add_bytes / r.seconds / 1e9), rate = buf;
+        if (r.name == "add_16M")
+          std::snprintf(buf, sizeof buf, "%.2f GB/s", add_bytes / r.seconds / 1e9), rate = buf;
         if (r.name == "chain100_add_4K") rate = human_time(r.seconds / kChain) + " per dispatch";
         std::printf("%-26s %12s  %s\n", r.name.c_str(), human_time(r.seconds).c_str(), rate.c_str());
       }

@@ -5,7 +5,6 @@
 // a function-local static and crashed here at exit. Runs one op on vulkan0 and
 // must exit 0; exits 77 (skipped) when there is no Vulkan device.
 #include <backplane/backplane.hpp>
-
 #include <cstdio>
 #include <exception>
 #include <memory>

@@ -221,8 +221,8 @@ class RawVulkan {
       throw Error(program_.filename().string() + " printed no JSON (" + e.what() + ")");
     }
     if (j.value("device", "") != expect_device_)
-      throw Error(program_.filename().string() + " measured '" + j.value("device", "") + "', not '" + expect_device_ +
-                  "'");
+      throw Error(program_.filename().string() + " measured '" + j.value("device", "") + "', not '" +
+                  expect_device_ + "'");
     std::map<std::string, Json> by_case;
     for (const auto& c : j.at("cases")) by_case[c.at("case").get<std::string>()] = c;
     for (const auto& c : cases)
@@ -307,8 +307,12 @@ int cmd_bench(const Args& in) {
       char buf[64];
       if (c.flops > 0) std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", c.flops / t / 1e9), rate = buf;
       else if (c.bytes > 0) std::snprintf(buf, sizeof buf, "%.1f GB/s", c.bytes / t / 1e9), rate = buf;
-      Json record = {{"case", c.name}, {"device", dev.name()}, {"threads", rt->num_threads()}, {"seconds", t},
-                     {"gbps", c.bytes > 0 ? c.bytes / t / 1e9 : 0.0}, {"gflops", c.flops > 0 ? c.flops / t / 1e9 : 0.0}};
+      Json record = {{"case", c.name},
+                     {"device", dev.name()},
+                     {"threads", rt->num_threads()},
+                     {"seconds", t},
+                     {"gbps", c.bytes > 0 ? c.bytes / t / 1e9 : 0.0},
+                     {"gflops", c.flops > 0 ? c.flops / t / 1e9 : 0.0}};
       if (!json) std::printf("%-26s %12s %12s\n", c.name.c_str(), human_time(t).c_str(), rate.c_str());
       if (!raw_error.empty()) record["raw_error"] = raw_error;
       if (c.name == "add_16M" && raw_results.count("add_16M")) {
@@ -319,7 +323,8 @@ int cmd_bench(const Args& in) {
         record["overhead_ratio"] = t / rs;
         if (!json) {
           std::snprintf(buf, sizeof buf, "%.1f GB/s", r.at("gbps").get<double>());
-          std::printf("%-26s %12s %12s   plugin/raw %.2f\n", "  raw vulkan", human_time(rs).c_str(), buf, t / rs);
+          std::printf("%-26s %12s %12s   plugin/raw %.2f\n", "  raw vulkan", human_time(rs).c_str(), buf,
+                      t / rs);
         }
       }
       if (c.name == "chain100_add_4K" && raw_results.count("chain100_add_4K")) {
@@ -334,8 +339,8 @@ int cmd_bench(const Args& in) {
         record["overhead_ratio"] = t / rs;
         if (!json) {
           std::printf("%-26s %12s\n", "  per dispatch", human_time(t / dispatches).c_str());
-          std::printf("%-26s %12s %12s   plugin/raw %.2f\n", "  raw vulkan per dispatch", human_time(rs / dispatches).c_str(),
-                      "", t / rs);
+          std::printf("%-26s %12s %12s   plugin/raw %.2f\n", "  raw vulkan per dispatch",
+                      human_time(rs / dispatches).c_str(), "", t / rs);
           std::printf("%-26s %12s\n", "  raw vulkan empty submit", human_time(empty).c_str());
         }
       }
