@@ -589,3 +589,85 @@ TEST_CASE("slice with a negative step feeds a kernel", "[ops][semantics]") {
     check_exact(values(y["y"]), {-5, -3, -1});
   });
 }
+
+// ---------------------------------------------------------------------------
+// Outputs past the CPU plugin's non-temporal threshold (8 MiB): the conformance
+// cases are far smaller, so the streamed-store paths of the elementwise,
+// transposed and softmax kernels are checked here against double references.
+
+namespace {
+
+// Worst element of got against want (relative to max(1, |want|)), and where.
+struct Worst {
+  double err = 0;
+  size_t at = 0;
+};
+Worst worst_error(const std::vector<double>& got, const std::vector<double>& want) {
+  Worst w;
+  REQUIRE(got.size() == want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    const double e = std::fabs(got[k] - want[k]) / std::max(1.0, std::fabs(want[k]));
+    if (!(e <= w.err)) w = {std::isnan(e) ? INFINITY : e, k};
+  }
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("outputs larger than the cache", "[ops][large]") {
+  const int64_t M = 1536;  // 1536^2 f32 = 9 MiB per tensor
+  std::vector<double> av(static_cast<size_t>(M * M)), bv(av.size()), cv(static_cast<size_t>(M));
+  for (size_t k = 0; k < av.size(); ++k) {
+    av[k] = std::sin(0.37 * static_cast<double>(k)) * 3.0;
+    bv[k] = std::cos(0.11 * static_cast<double>(k));
+  }
+  for (size_t k = 0; k < cv.size(); ++k) cv[k] = 0.5 * static_cast<double>(k % 7);
+  // Inputs as f32 values, so the references see exactly what the kernels see.
+  for (auto* v : {&av, &bv, &cv})
+    for (double& x : *v) x = static_cast<double>(static_cast<float>(x));
+  const HostTensor a = T(BP_DTYPE_F32, {M, M}, av), b = T(BP_DTYPE_F32, {M, M}, bv), col = T(BP_DTYPE_F32, {M, 1}, cv);
+  auto at = [&](const std::vector<double>& v, int64_t i, int64_t j) { return v[static_cast<size_t>(i * M + j)]; };
+
+  on_devices("add", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}, [&](Device& dev) {
+    struct Form {
+      const char* name;
+      bool transpose;
+      const HostTensor* rhs;
+    };
+    for (const Form& f : {Form{"contiguous", false, &b}, Form{"transposed lhs", true, &b}, Form{"broadcast column", false, &col}}) {
+      INFO(f.name);
+      Graph g;
+      g.input("a", BP_DTYPE_F32, {M, M});
+      g.input("b", BP_DTYPE_F32, f.rhs->shape);
+      std::string lhs = "a";
+      if (f.transpose) {
+        g.node("at", "transpose", {"a"}, {{"dim0", 0}, {"dim1", 1}});
+        lhs = "at";
+      }
+      g.node("y", "add", {lhs, "b"});
+      g.output("y");
+      auto y = runtime().compile(g, dev).run({{"a", a}, {"b", *f.rhs}});
+      std::vector<double> want(av.size());
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < M; ++j)
+          want[static_cast<size_t>(i * M + j)] = static_cast<float>(
+              (f.transpose ? at(av, j, i) : at(av, i, j)) + (f.rhs == &col ? cv[static_cast<size_t>(i)] : at(bv, i, j)));
+      const Worst w = worst_error(values(y["y"]), want);
+      INFO("worst at element " << w.at);
+      CHECK(w.err == 0);
+    }
+  });
+  on_devices("softmax", {BP_DTYPE_F32, BP_DTYPE_F32}, [&](Device& dev) {
+    auto y = run_op(dev, "softmax", {{"x", a}}, {{"dim", -1}});
+    std::vector<double> want(av.size());
+    for (int64_t i = 0; i < M; ++i) {
+      double m = -INFINITY, s = 0;
+      for (int64_t j = 0; j < M; ++j) m = std::max(m, at(av, i, j));
+      for (int64_t j = 0; j < M; ++j) s += std::exp(at(av, i, j) - m);
+      for (int64_t j = 0; j < M; ++j) want[static_cast<size_t>(i * M + j)] = std::exp(at(av, i, j) - m) / s;
+    }
+    const Worst w = worst_error(values(y["y"]), want);
+    INFO("worst at element " << w.at);
+    CHECK(w.err <= 1e-6);  // probabilities: abs 1e-6 (OPS.md), as the error is relative to max(1, |want|)
+  });
+}

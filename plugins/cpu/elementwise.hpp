@@ -13,7 +13,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#include <xmmintrin.h>
+#endif
 
 namespace backplane::cpu {
 
@@ -93,22 +99,109 @@ void for_blocks(const Call& c, const std::array<const bp_layout*, N>& lays, cons
 }
 
 // Copies the block [i0, i1) x [j0, j1) of a transposed input into
-// buf[(i - i0) * kBL + (j - j0)]: 32x32 sub-tiles, each read along the
-// input's unit-stride dim i, the next sub-tile's lines prefetched.
+// buf[(i - i0) * kBL + (j - j0)], in stripes of 32 input rows (j): each
+// row's run of up to kBT elements along the input's unit-stride dim i is
+// first copied whole into `stage` (a unit-stride loop: the hardware
+// prefetcher follows it, and each line is used once, at once), then the
+// stripe is transposed from there in 32x32 sub-tiles. Reading the runs
+// directly sub-tile by sub-tile left every load waiting on memory: the
+// rows are a power of two apart, so the lines of a stripe share a few
+// cache sets and were evicted before their neighbours were used.
+// `stage` holds kSub * kBT elements.
 template <class T>
-void gather_block(const T* p, int64_t st, int64_t sl, int64_t i0, int64_t i1, int64_t j0, int64_t j1, T* buf) {
+void gather_block(const T* p, int64_t st, int64_t sl, int64_t i0, int64_t i1, int64_t j0, int64_t j1, T* buf, T* stage) {
+  const int64_t ni = i1 - i0;
   for (int64_t jj = j0; jj < j1; jj += kSub) {
     const int64_t je = std::min(j1, jj + kSub);
-    for (int64_t ii = i0; ii < i1; ii += kSub) {
-      const int64_t ie = std::min(i1, ii + kSub);
-      if (ie < i1)
-        for (int64_t j = jj; j < je; ++j) __builtin_prefetch(p + ie * st + j * sl);
-      T* bb = buf + (ii - i0) * kBL;
-      for (int64_t j = jj; j < je; ++j) {
-        const T* src = p + j * sl;
-        for (int64_t i = ii; i < ie; ++i) bb[(i - ii) * kBL + (j - j0)] = src[i * st];
+    for (int64_t j = jj; j < je; ++j) {
+      const T* src = p + j * sl + i0 * st;
+      T* dst = stage + (j - jj) * kBT;
+      if (st == 1) {
+        std::memcpy(dst, src, static_cast<size_t>(ni) * sizeof(T));
+      } else {
+        for (int64_t i = 0; i < ni; ++i) dst[i] = src[i * st];
       }
     }
+    for (int64_t ii = 0; ii < ni; ii += kSub) {
+      const int64_t ie = std::min(ni, ii + kSub);
+      int64_t j = jj;
+#if defined(__SSE2__)
+      if constexpr (sizeof(T) == 4) {  // 4x4 register transposes: a quarter of the stores
+        for (; j + 4 <= je; j += 4) {
+          const T* r = stage + (j - jj) * kBT;
+          T* col = buf + (j - j0);
+          int64_t i = ii;
+          for (; i + 4 <= ie; i += 4) {
+            __m128 a = _mm_loadu_ps(reinterpret_cast<const float*>(r + i));
+            __m128 b = _mm_loadu_ps(reinterpret_cast<const float*>(r + kBT + i));
+            __m128 c2 = _mm_loadu_ps(reinterpret_cast<const float*>(r + 2 * kBT + i));
+            __m128 d = _mm_loadu_ps(reinterpret_cast<const float*>(r + 3 * kBT + i));
+            _MM_TRANSPOSE4_PS(a, b, c2, d);
+            _mm_storeu_ps(reinterpret_cast<float*>(col + i * kBL), a);
+            _mm_storeu_ps(reinterpret_cast<float*>(col + (i + 1) * kBL), b);
+            _mm_storeu_ps(reinterpret_cast<float*>(col + (i + 2) * kBL), c2);
+            _mm_storeu_ps(reinterpret_cast<float*>(col + (i + 3) * kBL), d);
+          }
+          for (; i < ie; ++i)
+            for (int64_t k = 0; k < 4; ++k) col[i * kBL + k] = r[k * kBT + i];
+        }
+      }
+#endif
+      for (; j < je; ++j) {
+        const T* row = stage + (j - jj) * kBT;
+        T* col = buf + (j - j0);
+        for (int64_t i = ii; i < ie; ++i) col[i * kBL] = row[i];
+      }
+    }
+  }
+}
+
+// Outputs of kStreamBytes or more are written with non-temporal stores:
+// they do not fit in the cache anyway, and a normal store first reads every
+// line it writes (a quarter of the traffic of a binary op). Each run is
+// computed in kChunk pieces into an L1 buffer, then streamed out.
+constexpr int64_t kStreamBytes = int64_t{8} << 20, kChunk = 512;
+
+template <class TO> inline bool streams(const bp_layout& lo) {
+  return sdk::numel(lo) * static_cast<int64_t>(sizeof(TO)) >= kStreamBytes;
+}
+
+// dst[0..n) = src[0..n), 16-byte non-temporal stores where dst is aligned.
+template <class T> inline void stream_store(T* dst, const T* src, int64_t n) {
+  char* d = reinterpret_cast<char*>(dst);
+  const char* s = reinterpret_cast<const char*>(src);
+  size_t bytes = static_cast<size_t>(n) * sizeof(T);
+#if defined(__SSE2__)
+  const size_t head = std::min(bytes, (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  for (; bytes >= 16; bytes -= 16, d += 16, s += 16)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+#endif
+  std::memcpy(d, s, bytes);
+}
+
+// Orders this thread's non-temporal stores before whatever it does next
+// (the pool's hand-back to the caller).
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+// fill(dst, k, m) writes the run's elements k..k+m-1 to dst[0..m).
+template <class TO, class Fill> inline void write_run(TO* y, int64_t n, bool stream, Fill&& fill) {
+  if (!stream) {
+    fill(y, int64_t{0}, n);
+    return;
+  }
+  alignas(64) TO tmp[kChunk];
+  for (int64_t k = 0; k < n; k += kChunk) {
+    const int64_t m = std::min(kChunk, n - k);
+    fill(tmp, k, m);
+    stream_store(y + k, tmp, m);
   }
 }
 
@@ -117,16 +210,20 @@ template <class TI, class TO, class F> void map1(const Call& c, F f, int64_t gra
   const bp_layout& lo = c.out_layout();
   const TI* x = c.in_data<TI>(0);
   TO* y = c.out_data<TO>();
+  const bool stream = streams<TO>(lo);
   if (const Tiling tl = plan_tiling<2>({&li, &lo}); tl.t >= 0) {
     const int64_t xt = li.strides[tl.t], xl = li.strides[tl.l], yt = lo.strides[tl.t];
-    for_blocks<2>(c, {&li, &lo}, tl, [] { return std::vector<TI>(kBT * kBL); },
+    for_blocks<2>(c, {&li, &lo}, tl, [] { return std::vector<TI>(kBT * kBL + kSub * kBT); },
                   [&](std::vector<TI>& buf, const int64_t* base, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-                    gather_block(x + base[0], xt, xl, i0, i1, j0, j1, buf.data());
+                    gather_block(x + base[0], xt, xl, i0, i1, j0, j1, buf.data(), buf.data() + kBT * kBL);
                     for (int64_t i = i0; i < i1; ++i) {
-                      TO* __restrict yr = y + base[1] + i * yt + j0;
-                      const TI* __restrict br = buf.data() + (i - i0) * kBL;
-                      for (int64_t j = 0; j < j1 - j0; ++j) yr[j] = f(br[j]);
+                      const TI* br = buf.data() + (i - i0) * kBL;
+                      write_run(y + base[1] + i * yt + j0, j1 - j0, stream, [&](TO* __restrict d, int64_t k, int64_t m) {
+                        const TI* __restrict bk = br + k;
+                        for (int64_t j = 0; j < m; ++j) d[j] = f(bk[j]);
+                      });
                     }
+                    if (stream) stream_fence();
                   });
     return;
   }
@@ -135,15 +232,23 @@ template <class TI, class TO, class F> void map1(const Call& c, F f, int64_t gra
     w.run(b, e, [&](const int64_t* off, int64_t n, const int64_t* s) {
       const TI* xp = x + off[0];
       TO* yp = y + off[1];
-      if (s[0] == 1 && s[1] == 1) {
-        for (int64_t i = 0; i < n; ++i) yp[i] = f(xp[i]);
-      } else if (s[0] == 0 && s[1] == 1) {
-        const TO v = f(*xp);
-        for (int64_t i = 0; i < n; ++i) yp[i] = v;
-      } else {
+      if (s[1] != 1) {
         for (int64_t i = 0; i < n; ++i) yp[i * s[1]] = f(xp[i * s[0]]);
+        return;
       }
+      write_run(yp, n, stream, [&](TO* __restrict d, int64_t k, int64_t m) {
+        const TI* __restrict xk = xp + k * s[0];
+        if (s[0] == 1) {
+          for (int64_t i = 0; i < m; ++i) d[i] = f(xk[i]);
+        } else if (s[0] == 0) {
+          const TO v = f(*xk);
+          for (int64_t i = 0; i < m; ++i) d[i] = v;
+        } else {
+          for (int64_t i = 0; i < m; ++i) d[i] = f(xk[i * s[0]]);
+        }
+      });
     });
+    if (stream) stream_fence();
   });
 }
 
@@ -172,6 +277,7 @@ template <class TA, class TB, class TO, class F> void map2(const Call& c, F f, i
   const TA* a = c.in_data<TA>(0);
   const TB* b = c.in_data<TB>(1);
   TO* y = c.out_data<TO>();
+  const bool stream = streams<TO>(lo);
   if (const Tiling tl = plan_tiling<3>({&la, &lb, &lo}); tl.t >= 0) {
     const int64_t at = la.strides[tl.t], al = la.strides[tl.l], bt = lb.strides[tl.t], bl = lb.strides[tl.l];
     const int64_t yt = lo.strides[tl.t];
@@ -182,16 +288,20 @@ template <class TA, class TB, class TO, class F> void map2(const Call& c, F f, i
     };
     for_blocks<3>(
         c, {&la, &lb, &lo}, tl,
-        [&] { return Scratch{std::vector<TA>(ga ? kBT * kBL : 0), std::vector<TB>(gb ? kBT * kBL : 0)}; },
+        [&] {
+          return Scratch{std::vector<TA>(ga ? kBT * kBL + kSub * kBT : 0), std::vector<TB>(gb ? kBT * kBL + kSub * kBT : 0)};
+        },
         [&](Scratch& sc, const int64_t* base, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-          if (ga) gather_block(a + base[0], at, al, i0, i1, j0, j1, sc.a.data());
-          if (gb) gather_block(b + base[1], bt, bl, i0, i1, j0, j1, sc.b.data());
+          if (ga) gather_block(a + base[0], at, al, i0, i1, j0, j1, sc.a.data(), sc.a.data() + kBT * kBL);
+          if (gb) gather_block(b + base[1], bt, bl, i0, i1, j0, j1, sc.b.data(), sc.b.data() + kBT * kBL);
           const int64_t as = ga ? 1 : al, bs = gb ? 1 : bl;
           for (int64_t i = i0; i < i1; ++i) {
             const TA* ar = ga ? sc.a.data() + (i - i0) * kBL : a + base[0] + i * at + j0 * al;
             const TB* br = gb ? sc.b.data() + (i - i0) * kBL : b + base[1] + i * bt + j0 * bl;
-            binary_run(ar, as, br, bs, y + base[2] + i * yt + j0, j1 - j0, f);
+            write_run(y + base[2] + i * yt + j0, j1 - j0, stream,
+                      [&](TO* d, int64_t k, int64_t m) { binary_run(ar + k * as, as, br + k * bs, bs, d, m, f); });
           }
+          if (stream) stream_fence();
         });
     return;
   }
@@ -199,7 +309,9 @@ template <class TA, class TB, class TO, class F> void map2(const Call& c, F f, i
   pfor(c, w.numel(), grain, [&](int64_t lo_, int64_t hi_) {
     w.run(lo_, hi_, [&](const int64_t* off, int64_t n, const int64_t* s) {
       if (s[2] == 1) {
-        binary_run(a + off[0], s[0], b + off[1], s[1], y + off[2], n, f);
+        write_run(y + off[2], n, stream, [&](TO* d, int64_t k, int64_t m) {
+          binary_run(a + off[0] + k * s[0], s[0], b + off[1] + k * s[1], s[1], d, m, f);
+        });
         return;
       }
       const TA* ap = a + off[0];
@@ -207,6 +319,7 @@ template <class TA, class TB, class TO, class F> void map2(const Call& c, F f, i
       TO* yp = y + off[2];
       for (int64_t i = 0; i < n; ++i) yp[i * s[2]] = f(ap[i * s[0]], bp[i * s[1]]);
     });
+    if (stream) stream_fence();
   });
 }
 

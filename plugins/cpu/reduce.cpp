@@ -472,6 +472,8 @@ template <bool Log> struct SoftmaxK {
       const int64_t n = in.shape[dim], s = in.strides[dim], so = ol.strides[dim];
       const T* x = c.in_data<T>(0);
       T* y = c.out_data<T>();
+      // Outputs far larger than the cache are written around it (non-temporal).
+      [[maybe_unused]] const bool stream = sdk::numel(ol) * static_cast<int64_t>(sizeof(T)) >= (int64_t{8} << 20);
       auto exp_all = [](C* v, int64_t cnt) {
         if constexpr (std::is_same_v<C, float>) {
           exp_shifted(v, 0.0f, v, cnt);
@@ -539,11 +541,15 @@ template <bool Log> struct SoftmaxK {
                 if constexpr (Log) {
                   const float ls = static_cast<float>(std::log(rows::exp_sum(row, m, ebuf.data(), n)));
                   for (int64_t k = 0; k < n; ++k) out[k] = row[k] - m - ls;
+                } else if (stream) {  // exp into scratch, then one streamed write of the output
+                  const double sum = rows::exp_sum(row, m, ebuf.data(), n);
+                  rows::scale_to(out, ebuf.data(), static_cast<float>(1.0 / sum), n, true);
                 } else {
                   const double sum = rows::exp_sum(row, m, out, n);
                   rows::scale(out, static_cast<float>(1.0 / sum), n);
                 }
               }
+              if (stream) rows::fence();
               return;
             }
           }

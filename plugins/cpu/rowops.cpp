@@ -39,12 +39,19 @@ template <class V, class P> BP_AVX2 [[gnu::always_inline]] inline void store(P* 
 BP_AVX2 [[gnu::always_inline]] inline v4d widen4(const float* p) { return __builtin_convertvector(load<v4f>(p), v4d); }
 BP_AVX2 [[gnu::always_inline]] inline double hsum(v4d a) { return (a[0] + a[1]) + (a[2] + a[3]); }
 
+// Rows are read once, front to back, often one after another: fetching
+// 8 KiB ahead keeps more lines in flight than the hardware prefetcher does
+// with the double conversions in between (measured ~20% on a 64 MiB sum).
+// Past the end of the data a prefetch is harmless.
+constexpr int64_t kAhead = 2048;
+
 }  // namespace
 
 BP_AVX2 double sum(const float* x, int64_t n) {
   v4d a0{}, a1{}, a2{}, a3{};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    __builtin_prefetch(x + i + kAhead);
     a0 += widen4(x + i);
     a1 += widen4(x + i + 4);
     a2 += widen4(x + i + 8);
@@ -61,6 +68,7 @@ BP_AVX2 void moments(const float* x, int64_t n, double k, double* s1, double* s2
   v4d a0{}, a1{}, q0{}, q1{};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    if ((i & 15) == 0) __builtin_prefetch(x + i + kAhead);
     const v4d d0 = widen4(x + i) - kv, d1 = widen4(x + i + 4) - kv;
     a0 += d0;
     a1 += d1;
@@ -113,6 +121,7 @@ BP_AVX2 float max(const float* x, int64_t n, bool* nan) {
   v8i bad{};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    __builtin_prefetch(x + i + kAhead);
     const v8f v0 = load<v8f>(x + i), v1 = load<v8f>(x + i + 8);
     bad |= (v0 != v0) | (v1 != v1);
     m0 = v0 > m0 ? v0 : m0;
@@ -178,6 +187,18 @@ BP_AVX2 int64_t find_contender(const float* x, int64_t i, int64_t n, float thr, 
   return n;
 }
 
+BP_AVX2 void scale_to(float* y, const float* e, float s, int64_t n, bool stream) {
+  int64_t i = 0;
+  if (stream) {
+    for (; i < n && (reinterpret_cast<uintptr_t>(y + i) & 31) != 0; ++i) y[i] = e[i] * s;
+    for (; i + 8 <= n; i += 8) __builtin_ia32_movntps256(y + i, load<v8f>(e + i) * s);
+  }
+  for (; i + 8 <= n; i += 8) store(y + i, load<v8f>(e + i) * s);
+  for (; i < n; ++i) y[i] = e[i] * s;
+}
+
+void fence() { __builtin_ia32_sfence(); }
+
 #undef BP_AVX2
 
 #else  // not x86-64: enabled() is false and nothing below is called.
@@ -188,6 +209,8 @@ void add_rows_to(double*, const float*, int64_t, int64_t, int64_t) {}
 float max(const float*, int64_t, bool*) { return 0; }
 double exp_sum(const float*, float, float*, int64_t) { return 0; }
 void scale(float*, float, int64_t) {}
+void scale_to(float*, const float*, float, int64_t, bool) {}
+void fence() {}
 int64_t find_contender(const float*, int64_t, int64_t n, float, bool) { return n; }
 
 #endif
