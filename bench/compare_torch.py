@@ -4,6 +4,9 @@ one run, at 1 and 2 threads, and prints the ratio of speeds (ours / PyTorch;
 above 1 means Backplane is faster). Use Debian's /usr/bin/python3.
 
     /usr/bin/python3 bench/compare_torch.py --backplane build/bin/backplane
+
+Install libopenblas0-pthread first: without it Debian's python3-torch runs
+matmul on the reference BLAS (~4 GFLOP/s) and the matmul ratios mean nothing.
 """
 import argparse
 import json
