@@ -710,6 +710,13 @@ int64_t normalize_dim(int64_t dim, int64_t rank, const std::string& what) {
 }
 
 bool is_known_op(const std::string& op) { return registry().count(op) > 0; }
+
+// Only layer_norm (weight, bias) and conv2d (bias) have optional inputs.
+OptionalInputs optional_inputs(const std::string& op) {
+  if (op == "layer_norm") return {1, 3};
+  if (op == "conv2d") return {2, 3};
+  return {};
+}
 bool is_custom_op(const std::string& op) { return op.find('.') != std::string::npos; }
 
 std::vector<std::string> known_ops() {
@@ -723,8 +730,8 @@ InferredNode infer_node(const Node& node, const std::vector<const ValueType*>& i
   const auto it = registry().find(node.op);
   if (it == registry().end()) throw Error("node '" + node.name + "': unknown op '" + node.op + "'");
   Ctx c{node, inputs};
-  // Only layer_norm and conv2d have optional inputs; everywhere else a null is an error.
-  const size_t first_optional = node.op == "layer_norm" ? 1 : node.op == "conv2d" ? 2 : inputs.size();
+  const OptionalInputs opt = optional_inputs(node.op);
+  const size_t first_optional = opt.total ? opt.first : inputs.size();
   for (size_t i = 0; i < std::min(first_optional, inputs.size()); ++i)
     if (!inputs[i]) c.fail("input " + std::to_string(i) + " is null but not optional");
   const bool slot_op = node.op == "view" || node.op == "view_owned";

@@ -43,6 +43,13 @@ struct InferredNode {
 InferredNode infer_node(const Node& node, const std::vector<const ValueType*>& inputs);
 
 bool is_known_op(const std::string& op);
+
+// The inputs of `op` that may be null or left out: [first, total). Ops
+// without optional inputs have none (first == total == 0).
+struct OptionalInputs {
+  size_t first = 0, total = 0;
+};
+OptionalInputs optional_inputs(const std::string& op);
 bool is_custom_op(const std::string& op);  // vendor.op
 std::vector<std::string> known_ops();
 

@@ -317,7 +317,7 @@ class Planner {
       in_types.push_back(std::move(t));
     }
     // Trailing optional inputs left out are the same as nulls: one kernel row serves both.
-    const size_t full_arity = node.op == "conv2d" ? 3 : node.op == "layer_norm" ? 3 : 0;
+    const size_t full_arity = detail::optional_inputs(node.op).total;
     while (in_ids.size() < full_arity && !in_ids.empty()) {
       in_ids.push_back(-1);
       in_types.push_back({});
