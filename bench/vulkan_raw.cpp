@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "median_time.hpp"
 #include "vulkan_raw_add.spv.h"  // raw_add_spv[]: bench/vulkan_raw_add.comp, compiled at build time
 
 namespace {
@@ -392,29 +393,6 @@ class Raw {
   }
 };
 
-// `backplane bench`'s timing: warm-up, batches >= 1 ms, >= 5 batches and
-// min_time seconds, median of the batch means.
-double measure(const std::function<void()>& run, double min_time) {
-  using clock = std::chrono::steady_clock;
-  run();
-  std::vector<double> times;
-  const auto start = clock::now();
-  int batch = 1;
-  while (true) {
-    const auto t0 = clock::now();
-    for (int i = 0; i < batch; ++i) run();
-    const double dt = std::chrono::duration<double>(clock::now() - t0).count();
-    if (dt < 1e-3 && batch < (1 << 20)) {
-      batch *= 10;
-      continue;
-    }
-    times.push_back(dt / batch);
-    if (std::chrono::duration<double>(clock::now() - start).count() > min_time && times.size() >= 5) break;
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (unsigned char ch : s) {
@@ -492,11 +470,11 @@ int main(int argc, char** argv) {
     raw.run_chain();
     raw.verify();
     std::vector<Result> results;
-    if (wanted("add_16M")) results.push_back({"add_16M", measure([&] { raw.run_add(); }, min_time)});
+    if (wanted("add_16M")) results.push_back({"add_16M", backplane::bench::median_seconds([&] { raw.run_add(); }, min_time)});
     if (wanted("chain100_add_4K"))
-      results.push_back({"chain100_add_4K", measure([&] { raw.run_chain(); }, min_time)});
+      results.push_back({"chain100_add_4K", backplane::bench::median_seconds([&] { raw.run_chain(); }, min_time)});
     if (wanted("empty_submit"))
-      results.push_back({"empty_submit", measure([&] { raw.run_empty(); }, min_time)});
+      results.push_back({"empty_submit", backplane::bench::median_seconds([&] { raw.run_empty(); }, min_time)});
 
     const double add_bytes = 3.0 * 4 * kBigN;
     if (json) {

@@ -6,6 +6,7 @@
 // installed beside this program) just before the plugin's own timing, and the
 // plugin's overhead is reported as the ratio plugin / raw.
 #include "commands.hpp"
+#include "median_time.hpp"
 
 #include <backplane/backplane.hpp>
 
@@ -284,25 +285,7 @@ int cmd_bench(const Args& in) {
     try {
       Plan plan = rt->compile(c.graph, dev);
       for (auto& [name, t] : c.inputs) plan.set_input(name, t);
-      plan.execute();  // warm up: first touch of every buffer
-      std::vector<double> times;
-      using clock = std::chrono::steady_clock;
-      const auto start = clock::now();
-      // Batches of runs, so that tiny ops are timed above clock resolution.
-      int batch = 1;
-      while (true) {
-        const auto t0 = clock::now();
-        for (int i = 0; i < batch; ++i) plan.execute();
-        const double dt = std::chrono::duration<double>(clock::now() - t0).count();
-        if (dt < 1e-3 && batch < (1 << 20)) {
-          batch *= 10;
-          continue;
-        }
-        times.push_back(dt / batch);
-        if (std::chrono::duration<double>(clock::now() - start).count() > min_time && times.size() >= 5) break;
-      }
-      std::sort(times.begin(), times.end());
-      const double t = times[times.size() / 2];
+      const double t = bench::median_seconds([&] { plan.execute(); }, min_time);
       std::string rate;
       char buf[64];
       if (c.flops > 0) std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", c.flops / t / 1e9), rate = buf;
