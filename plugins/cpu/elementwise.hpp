@@ -10,6 +10,7 @@
 #pragma once
 
 #include "kernels.hpp"
+#include "rowops.hpp"
 
 #include <algorithm>
 #include <array>
@@ -183,14 +184,6 @@ template <class T> inline void stream_store(T* dst, const T* src, int64_t n) {
   std::memcpy(d, s, bytes);
 }
 
-// Orders this thread's non-temporal stores before whatever it does next
-// (the pool's hand-back to the caller).
-inline void stream_fence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
 // fill(dst, k, m) writes the run's elements k..k+m-1 to dst[0..m).
 template <class TO, class Fill> inline void write_run(TO* y, int64_t n, bool stream, Fill&& fill) {
   if (!stream) {
@@ -223,7 +216,7 @@ template <class TI, class TO, class F> void map1(const Call& c, F f, int64_t gra
                         for (int64_t j = 0; j < m; ++j) d[j] = f(bk[j]);
                       });
                     }
-                    if (stream) stream_fence();
+                    if (stream) rows::fence();
                   });
     return;
   }
@@ -248,7 +241,7 @@ template <class TI, class TO, class F> void map1(const Call& c, F f, int64_t gra
         }
       });
     });
-    if (stream) stream_fence();
+    if (stream) rows::fence();
   });
 }
 
@@ -301,7 +294,7 @@ template <class TA, class TB, class TO, class F> void map2(const Call& c, F f, i
             write_run(y + base[2] + i * yt + j0, j1 - j0, stream,
                       [&](TO* d, int64_t k, int64_t m) { binary_run(ar + k * as, as, br + k * bs, bs, d, m, f); });
           }
-          if (stream) stream_fence();
+          if (stream) rows::fence();
         });
     return;
   }
@@ -319,7 +312,7 @@ template <class TA, class TB, class TO, class F> void map2(const Call& c, F f, i
       TO* yp = y + off[2];
       for (int64_t i = 0; i < n; ++i) yp[i * s[2]] = f(ap[i * s[0]], bp[i * s[1]]);
     });
-    if (stream) stream_fence();
+    if (stream) rows::fence();
   });
 }
 

@@ -27,7 +27,8 @@ double exp_sum(const float* x, float m, float* y, int64_t n);
 void scale(float* y, float s, int64_t n);
 // y[i] = e[i] * s; with `stream`, as non-temporal stores (the caller fences).
 void scale_to(float* y, const float* e, float s, int64_t n, bool stream);
-// Orders this thread's non-temporal stores before what it does next.
+// Orders this thread's non-temporal stores before what it does next; unlike
+// the functions above, callable whatever ISA was picked (a no-op off x86-64).
 void fence();
 // The first index in [i, n) whose value does not lose to thr (for largest:
 // not x <= thr, so NaN stops too; for smallest: not x >= thr), or n.
