@@ -47,7 +47,7 @@ int cmd_devices(const Args& in) {
   if (listing.empty() && rt->manifest_errors().empty())
     std::cout << "no plugin manifests found (set BACKPLANE_PLUGIN_PATH to a folder of manifests)\n";
   for (const auto& d : listing) {
-    std::printf("%-10s %-5s %-11s %4zu kernels  plugin %s (%s)\n", d.name.c_str(), d.kind.c_str(),
+    std::printf("%-10s %-8s %-11s %4zu kernels  plugin %s (%s)\n", d.name.c_str(), d.kind.c_str(),
                 state_name(d.state), d.kernel_count, d.plugin.c_str(), d.manifest.string().c_str());
     if (!d.description.empty()) std::printf("           %s\n", d.description.c_str());
     if (!d.rejection.empty()) std::printf("           rejected: %s\n", d.rejection.c_str());

@@ -28,16 +28,21 @@ int cmd_run(const Args& in) {
   const std::string device_name = take_option(args, "--device", "auto");
   const std::string out_dir = take_option(args, "--out");
   const bool json = take_switch(args, "--json");
-  if (args.empty()) throw Error("run needs a graph file: backplane run GRAPH.json [--device NAME] [--out DIR]");
+  const bool explain = take_switch(args, "--explain");
+  if (args.empty())
+    throw Error("run needs a graph file: backplane run GRAPH.json [--device NAME[,NAME...]] [--out DIR] [--explain] [--json]");
   const std::filesystem::path graph_path = args.front();
   args.erase(args.begin());
   reject_leftovers(args);
 
   GraphFile gf = load_graph_file(graph_path);
   auto rt = Runtime::create();
-  Device& dev = rt->device(device_name);
+  const std::vector<Device*> devices = rt->select_devices(device_name);
   const auto t0 = std::chrono::steady_clock::now();
-  Plan plan = rt->compile(gf.graph, dev);
+  Plan plan = rt->compile(gf.graph, devices);
+  std::string used;
+  for (const auto& d : plan.devices()) used += (used.empty() ? "" : ",") + d;
+  if (explain && !json) std::printf("%s", plan.explain().c_str());
   const auto t1 = std::chrono::steady_clock::now();
   auto outputs = plan.run(gf.inputs);
   const auto t2 = std::chrono::steady_clock::now();
@@ -48,15 +53,26 @@ int cmd_run(const Args& in) {
   const double compile_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   const double run_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
   if (json) {
-    Json j{{"device", dev.name()}, {"compile_ms", compile_ms}, {"run_ms", run_ms}, {"outputs", Json::object()}};
+    Json j{{"device", used}, {"compile_ms", compile_ms}, {"run_ms", run_ms}, {"outputs", Json::object()}};
+    if (explain) {
+      j["placement"] = Json::array();
+      for (const auto& pl : plan.placement())
+        j["placement"].push_back({{"node", pl.node}, {"op", pl.op}, {"device", pl.device}, {"reason", pl.reason}});
+      j["transfers"] = Json::array();
+      for (const auto& t : plan.transfers())
+        j["transfers"].push_back({{"value", t.value}, {"from", t.from}, {"to", t.to}, {"bytes", t.bytes}, {"zero_copy", t.zero_copy}});
+    }
     for (const auto& [name, t] : outputs)
       j["outputs"][name] = {{"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape},
                             {"file", out_dir.empty() ? "" : (std::filesystem::path(out_dir) / (name + ".npy")).string()}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("ran %s on %s (%s): compile %.2f ms, run %.2f ms\n", graph_path.string().c_str(), dev.name().c_str(),
-              dev.description().c_str(), compile_ms, run_ms);
+  if (devices.size() == 1)
+    std::printf("ran %s on %s (%s): compile %.2f ms, run %.2f ms\n", graph_path.string().c_str(), used.c_str(),
+                devices.front()->description().c_str(), compile_ms, run_ms);
+  else
+    std::printf("ran %s on %s: compile %.2f ms, run %.2f ms\n", graph_path.string().c_str(), used.c_str(), compile_ms, run_ms);
   for (const auto& [name, t] : outputs)
     std::printf("  %-12s %-4s %-16s %s\n", name.c_str(), std::string(dtype_name(t.dtype)).c_str(), shape_str(t.shape).c_str(),
                 preview(t).c_str());

@@ -48,8 +48,10 @@ const char* kUsage = R"(usage: backplane <command> [options]
 
 commands:
   devices [--json]                      every manifest found, each device, its load status
-  run GRAPH.json [--device NAME|auto] [--out DIR] [--json]
-                                        run a graph file; outputs go to DIR/<name>.npy
+  run GRAPH.json [--device LIST] [--out DIR] [--explain] [--json]
+                                        run a graph file; outputs go to DIR/<name>.npy;
+                                        LIST: devices in order of preference (acme0,cpu) or auto;
+                                        --explain shows where each node runs and every transfer
   demo [--device NAME|all]              the main job: a Mamba-style block on built-in data,
                                         on every device, cross-checked, timed
   conformance --plugin NAME|MANIFEST [--json REPORT] [--filter OP]

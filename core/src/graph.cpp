@@ -18,9 +18,10 @@ void Graph::constant(const std::string& name, HostTensor value) {
   inputs_.push_back({name, value.dtype, value.shape, std::move(value)});
 }
 
-void Graph::node(const std::string& name, const std::string& op, std::vector<std::string> inputs, Json params) {
+void Graph::node(const std::string& name, const std::string& op, std::vector<std::string> inputs, Json params,
+                 std::string device) {
   if (params.is_null()) params = Json::object();
-  nodes_.push_back({name, op, std::move(inputs), std::move(params)});
+  nodes_.push_back({name, op, std::move(inputs), std::move(params), std::move(device)});
 }
 
 void Graph::output(const std::string& name) { outputs_.push_back(name); }
@@ -181,8 +182,14 @@ GraphFile parse_graph_json(const Json& j, const std::filesystem::path& base_dir)
     const std::string w2 = "node '" + name + "'";
     if (!n.contains("op") || !n["op"].is_string()) throw Error(w2 + ": 'op' (a string) is required");
     for (auto it = n.begin(); it != n.end(); ++it)
-      if (it.key() != "name" && it.key() != "op" && it.key() != "inputs" && it.key() != "params")
-        throw Error(w2 + ": unknown key '" + it.key() + "' (takes name, op, inputs, params)");
+      if (it.key() != "name" && it.key() != "op" && it.key() != "inputs" && it.key() != "params" && it.key() != "device")
+        throw Error(w2 + ": unknown key '" + it.key() + "' (takes name, op, inputs, params, device)");
+    std::string device;
+    if (n.contains("device")) {
+      if (!n["device"].is_string() || n["device"].get<std::string>().empty())
+        throw Error(w2 + ": 'device' must be a device name (\"cpu\", \"vulkan0\")");
+      device = n["device"].get<std::string>();
+    }
     const std::string op = n["op"];
     if (!detail::is_known_op(op) && !detail::is_custom_op(op)) throw Error(w2 + ": unknown op '" + op + "'");
     std::vector<std::string> ins;
@@ -196,7 +203,7 @@ GraphFile parse_graph_json(const Json& j, const std::filesystem::path& base_dir)
     }
     Json params = n.value("params", Json::object());
     if (!params.is_object()) throw Error(w2 + ": 'params' must be an object");
-    gf.graph.node(name, op, std::move(ins), std::move(params));
+    gf.graph.node(name, op, std::move(ins), std::move(params), std::move(device));
   }
   for (const auto& o : j["outputs"]) {
     if (!o.is_string()) throw Error("graph: outputs must be names");

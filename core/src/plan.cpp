@@ -1,36 +1,43 @@
-// The planner and the executor.
+// The planner's last pass and the executor.
 //
-// compile(): infer every node, resolve its kernel, canonicalise input layouts
-// (broadcast, matmul promotion), insert a device Contiguize step before
-// contiguous-only kernel inputs, lay out bundles, turn view ops into layouts
-// over the producer's buffer, then assign buffers by liveness (reusing those
-// whose last reader has run) and allocate each buffer once on the device.
-// Every bp_storage/bp_layout a kernel will see is built here, so execute()
-// only locks, calls kernels and synchronizes.
-#include "ops.hpp"
-#include "plugin.hpp"
+// compile(): lower() and place() (lowering.cpp, placement.cpp) decide what
+// runs where; here each node becomes a step on its device, with a transfer
+// step before it for every input that lives on another device (one per value
+// and destination) and a device Contiguize step for every input its kernel
+// needs dense. Buffers are then assigned by liveness per device (reusing
+// those whose last reader has run), allocated once, and every
+// bp_storage/bp_layout a kernel will see is built, so execute() only locks,
+// calls kernels, moves transfers and synchronizes.
+#include "lowering.hpp"
 #include "runtime_impl.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
-#include <numeric>
-#include <set>
 #include <shared_mutex>
 
 namespace backplane {
 
-using detail::Canon;
-using detail::InferredNode;
-using detail::OpClass;
-using detail::ValueType;
+using detail::LNode;
+using detail::LValue;
+using detail::Lowered;
+using detail::SlotSpec;
 
 namespace {
 
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+struct PlanDevice {
+  Device* device = nullptr;
+  Plugin* plugin = nullptr;
+  bp_device* handle = nullptr;
+  uint64_t align = 16;
+  bool host_addressable = false;  // buffers have host_ptr (HOST or MAPPED memory)
+  bp_kernel_context ctx{};
+};
 
 struct Cell {
   Plugin* plugin = nullptr;
   bp_device* device = nullptr;
+  int dev = -1;
   uint64_t size = 0;
   uint64_t handle = 0;
   void* host_ptr = nullptr;
@@ -40,14 +47,6 @@ struct Cell {
   }
 };
 
-struct SlotSpec {
-  bp_dtype dtype;
-  Shape shape;
-  uint64_t byte_offset;
-};
-
-// A value of the plan: bytes in a virtual buffer, seen through a layout that
-// counts elements from vbuf start + byte_offset.
 struct Value {
   std::string name;
   bp_dtype dtype = BP_DTYPE_INVALID;
@@ -55,39 +54,49 @@ struct Value {
   int vbuf = -1;
   uint64_t byte_offset = 0;
   Layout layout;
-  std::vector<SlotSpec> slots;  // bundles
+  std::vector<SlotSpec> slots;
 };
 
 struct VBuf {
   uint64_t size = 0;
-  int def_step = -1;   // -1: graph input/constant (live from the start)
+  int dev = 0;
+  int def_step = -1;  // -1: graph input/constant (live from the start)
   int last_use = -1;
-  bool pinned = false;  // graph inputs, constants, outputs: never shared
+  bool pinned = false;  // graph inputs, constants, outputs, zero-copy aliases: never shared
   int cell = -1;
+  int alias_of = -1;          // zero-copy transfer: the vbuf whose memory this one imports
+  uint64_t alias_offset = 0;  // bytes from that vbuf's start
 };
 
 struct Step {
-  std::string what;  // "node 'y' (add, kernel add(f32, f32) -> f32 [...] on cpu)"
+  bool transfer = false;
+  int dev = 0;  // the device that runs it (a transfer: the destination)
+  std::string what;
+  // Kernel steps.
   int kernel = -1;
   bp_kernel_fn fn = nullptr;
-  std::vector<int> inputs;   // value ids, -1 = absent optional
-  std::vector<Layout> in_layouts;  // canonical layouts, parallel to inputs
-  int output = -1;           // value id
-  Layout out_layout;         // what the kernel is told (matmul: the promoted shape)
+  std::vector<int> inputs;  // value ids, -1 = absent optional
+  std::vector<Layout> in_layouts;
+  int output = -1;
+  Layout out_layout;
   bp_op_params params{};
   std::string custom_json;
-  // Built by finalize():
   std::vector<bp_storage> in_st;
   bp_storage out_st{};
   std::vector<bp_layout> layouts;
   std::vector<bp_bundle_slot> slots;
+  // Transfer steps: bytes [src_offset, +bytes) of the source value's cell to
+  // [dst_offset, ...) of the destination's.
+  int src_dev = 0;
+  int src_value = -1;
+  uint64_t src_offset = 0, dst_offset = 0, bytes = 0;
+  bool zero_copy = false;
 };
 
 }  // namespace
 
 struct Plan::Impl {
-  Device* device = nullptr;
-  Plugin* plugin = nullptr;
+  std::vector<PlanDevice> devs;
   bool poison = false;
   std::vector<Value> values;
   std::map<std::string, int> by_name;
@@ -98,7 +107,13 @@ struct Plan::Impl {
   std::vector<std::string> outputs;
   std::vector<std::pair<Cell*, bool>> lock_order;  // (cell, write)
   std::vector<std::string> description;
-  bp_kernel_context ctx{};
+  std::vector<Plan::Placement> placement;
+  std::vector<std::string> notes;
+
+  ~Impl() {
+    // Zero-copy aliases before the memory they import.
+    for (size_t i = cells.size(); i-- > 0;) cells[i].reset();
+  }
 
   const Value& value(const std::string& name) const {
     auto it = by_name.find(name);
@@ -106,6 +121,7 @@ struct Plan::Impl {
     return values[it->second];
   }
   Cell& cell_of(const Value& v) const { return *cells[vbufs[v.vbuf].cell]; }
+  const PlanDevice& dev_of(const Cell& c) const { return devs[c.dev]; }
 
   void fill_storage(bp_storage& st, const Value& v) const {
     const Cell& c = cell_of(v);
@@ -123,8 +139,9 @@ struct Plan::Impl {
     if (c.host_ptr) {
       std::memcpy(dst, static_cast<const char*>(c.host_ptr) + offset, size);
     } else {
-      plugin->check(plugin->api()->buffer_read(DeviceAccess::handle(*device), c.handle, offset, dst, size),
-                    "reading a result from device '" + device->name() + "'");
+      const PlanDevice& d = dev_of(c);
+      d.plugin->check(d.plugin->api()->buffer_read(c.device, c.handle, offset, dst, size),
+                      "reading from device '" + d.device->name() + "'");
     }
   }
   void write_bytes(Cell& c, uint64_t offset, const void* src, uint64_t size) const {
@@ -132,45 +149,61 @@ struct Plan::Impl {
     if (c.host_ptr) {
       std::memcpy(static_cast<char*>(c.host_ptr) + offset, src, size);
     } else {
-      plugin->check(plugin->api()->buffer_write(DeviceAccess::handle(*device), c.handle, offset, src, size),
-                    "writing an input to device '" + device->name() + "'");
+      const PlanDevice& d = dev_of(c);
+      d.plugin->check(d.plugin->api()->buffer_write(c.device, c.handle, offset, src, size),
+                      "writing to device '" + d.device->name() + "'");
     }
   }
 };
 
 namespace {
 
-// Builds a plan; one per compile() call.
-class Planner {
+std::string bytes_str(uint64_t b) {
+  char buf[64];
+  if (b >= (uint64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%llu bytes (%.1f MiB)", static_cast<unsigned long long>(b), b / 1048576.0);
+  else std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+// Builds a plan from a placed lowering; one per compile() call.
+class Builder {
  public:
-  Planner(Plan::Impl& p, const Graph& g) : p_(p), g_(g) {
-    dev_ = p.device;
-    plugin_ = p.plugin;
-    align_ = std::max<uint64_t>(DeviceAccess::info(*dev_).buffer_alignment, 16);
-  }
+  Builder(Plan::Impl& p, const Lowered& l) : p_(p), l_(l) {}
 
   void build() {
-    for (const auto& in : g_.inputs()) {
-      if (p_.by_name.count(in.name)) throw Error("graph input '" + in.name + "' is defined twice");
-      const int vb = new_vbuf(nbytes(in.dtype, in.shape), -1);
-      p_.vbufs[vb].pinned = true;
-      const int v = add_value(in.name, in.dtype, in.shape, vb, 0, Layout::contiguous(in.shape));
-      if (in.constant) constants_.push_back({v, &*in.constant});
-      else p_.inputs.push_back({in.name, v});
+    // Values and their storage as lowered; vbuf i is root i.
+    for (const auto& r : l_.roots) {
+      VBuf vb;
+      vb.size = r.size;
+      vb.dev = dev_index(r.device);
+      vb.pinned = r.producer < 0 || r.output;
+      p_.vbufs.push_back(vb);
     }
-    for (const auto& node : g_.nodes()) plan_node(node);
-    for (const auto& out : g_.outputs()) {
-      auto it = p_.by_name.find(out);
-      if (it == p_.by_name.end()) throw Error("graph output '" + out + "' is not an input or a node of the graph");
-      const Value& v = p_.values[it->second];
-      if (!v.slots.empty())
-        throw Error("graph output '" + out + "' is a multi-output bundle; output its slots through 'view' or 'view_owned'");
-      p_.vbufs[v.vbuf].pinned = true;
-      p_.outputs.push_back(out);
+    for (const auto& v : l_.values) {
+      Value out;
+      out.name = v.name;
+      out.dtype = v.dtype;
+      out.shape = v.shape;
+      out.vbuf = v.root;
+      out.byte_offset = v.byte_offset;
+      out.layout = v.layout;
+      out.slots = v.slots;
+      p_.values.push_back(std::move(out));
     }
+    p_.by_name = l_.by_name;
+    p_.inputs = l_.inputs;
+    p_.outputs = l_.outputs;
+    p_.notes = l_.notes;
+    for (const auto& n : l_.nodes) emit(n);
+    // A zero-copy alias keeps the memory it imports alive as long as itself.
+    for (size_t i = p_.vbufs.size(); i-- > 0;)
+      if (p_.vbufs[i].alias_of >= 0) {
+        auto& src = p_.vbufs[p_.vbufs[i].alias_of];
+        src.last_use = std::max(src.last_use, p_.vbufs[i].last_use);
+      }
     assign_cells();
     allocate();
-    for (auto& [v, t] : constants_) {
+    for (auto& [v, t] : l_.constants) {
       const Value& val = p_.values[v];
       p_.write_bytes(p_.cell_of(val), val.byte_offset, t->data(), t->nbytes());
     }
@@ -178,29 +211,39 @@ class Planner {
   }
 
  private:
-  static uint64_t nbytes(bp_dtype d, const Shape& s) {
-    uint64_t n = dtype_size(d);
-    for (auto x : s) n *= static_cast<uint64_t>(x);
-    return n;
+  int dev_index(Device* d) {
+    for (size_t i = 0; i < p_.devs.size(); ++i)
+      if (p_.devs[i].device == d) return static_cast<int>(i);
+    PlanDevice pd;
+    pd.device = d;
+    pd.plugin = &DeviceAccess::plugin(*d);
+    if (!pd.plugin->loaded()) throw Error("device '" + d->name() + "': its plugin is not loaded");
+    pd.handle = DeviceAccess::handle(*d);
+    pd.align = std::max<uint64_t>(DeviceAccess::info(*d).buffer_alignment, 16);
+    pd.host_addressable = DeviceAccess::info(*d).memory_kind != BP_MEMORY_DEVICE;
+    p_.devs.push_back(pd);
+    return static_cast<int>(p_.devs.size()) - 1;
   }
 
-  int new_vbuf(uint64_t size, int def_step) {
-    p_.vbufs.push_back(VBuf{size, def_step, def_step, false, -1});
+  int new_vbuf(uint64_t size, int dev, int def_step) {
+    VBuf vb;
+    vb.size = size;
+    vb.dev = dev;
+    vb.def_step = def_step;
+    vb.last_use = def_step;
+    p_.vbufs.push_back(vb);
     return static_cast<int>(p_.vbufs.size()) - 1;
   }
 
-  int add_value(const std::string& name, bp_dtype dtype, Shape shape, int vbuf, uint64_t byte_offset, Layout layout) {
+  int add_value(const Value& like, int vbuf, uint64_t byte_offset, Layout layout) {
     Value v;
-    v.name = name;
-    v.dtype = dtype;
-    v.shape = std::move(shape);
+    v.dtype = like.dtype;
+    v.shape = like.shape;
     v.vbuf = vbuf;
     v.byte_offset = byte_offset;
     v.layout = std::move(layout);
     p_.values.push_back(std::move(v));
-    const int id = static_cast<int>(p_.values.size()) - 1;
-    if (!name.empty()) p_.by_name[name] = id;
-    return id;
+    return static_cast<int>(p_.values.size()) - 1;
   }
 
   void use(int value, int step) {
@@ -208,255 +251,140 @@ class Planner {
     vb.last_use = std::max(vb.last_use, step);
   }
 
-  std::string kernel_list(const std::string& op) const {
-    std::string s;
-    for (const auto& k : dev_->kernels())
-      if (k.op == op) s += "\n    " + kernel_signature(k);
-    return s.empty() ? " none (the device has no '" + op + "' kernel)" : s;
+  // Value `v` readable on device `dev`: itself, or the result of a transfer
+  // step (one per value and destination).
+  int on_device(int v, int dev) {
+    const Value src = p_.values[v];
+    const int from = p_.vbufs[src.vbuf].dev;
+    if (from == dev) return v;
+    auto it = moved_.find({v, dev});
+    if (it != moved_.end()) return it->second;
+    const int step = static_cast<int>(p_.steps.size());
+    const size_t es = dtype_size(src.dtype);
+    Step st;
+    st.transfer = true;
+    st.dev = dev;
+    st.src_dev = from;
+    st.src_value = v;
+    int out;
+    if (src.layout.numel() == 0) {
+      out = add_value(src, new_vbuf(0, dev, step), 0, Layout::contiguous(src.shape));
+    } else {
+      // The span of the source's bytes the value touches moves; its layout
+      // is kept, shifted to the start of the span.
+      const auto [lo, hi] = src.layout.extent();
+      st.src_offset = src.byte_offset + static_cast<uint64_t>(lo) * es;
+      st.bytes = static_cast<uint64_t>(hi - lo + 1) * es;
+      const int vb = new_vbuf(st.bytes, dev, step);
+      out = add_value(src, vb, 0,
+                      Layout(src.layout.shape(), src.layout.strides(), src.layout.offset() - lo));
+      // Zero-copy when the destination can address the source's memory.
+      const PlanDevice& a = p_.devs[from];
+      const PlanDevice& b = p_.devs[dev];
+      if (a.host_addressable && b.plugin->api()->struct_size >= offsetof(bp_plugin_api, buffer_import_host) + sizeof(void*) &&
+          b.plugin->api()->buffer_import_host && a.align % b.align == 0 && st.src_offset % b.align == 0) {
+        st.zero_copy = true;
+        p_.vbufs[vb].alias_of = src.vbuf;
+        p_.vbufs[vb].alias_offset = st.src_offset;
+        p_.vbufs[vb].pinned = true;
+      }
+    }
+    st.output = out;
+    const std::string name = src.name.empty() ? "an intermediate value" : "'" + src.name + "'";
+    st.what = "transfer " + name + " from " + p_.devs[from].device->name() + " to " + p_.devs[dev].device->name();
+    use(v, step);
+    p_.description.push_back(st.what + ": " + (st.zero_copy ? "zero-copy (" + p_.devs[dev].device->name() + " reads " +
+                                                                  p_.devs[from].device->name() + "'s memory in place)"
+                                                            : bytes_str(st.bytes)));
+    p_.steps.push_back(std::move(st));
+    moved_[{v, dev}] = out;
+    return out;
   }
 
-  int resolve(const std::string& where, const std::string& op, const std::vector<bp_dtype>& key, bool variadic_ok) {
-    int k = plugin_->find_kernel(op, key);
-    if ((k < 0 || !DeviceAccess::supports(*dev_, k)) && variadic_ok && key.size() > 2) {
-      // Variadic kernels are keyed by (first input, output).
-      k = plugin_->find_kernel(op, {key.front(), key.back()});
-      if (k >= 0 && !(plugin_->api()->kernels[k].flags & BP_KERNEL_FLAG_VARIADIC)) k = -1;
-    }
-    if (k < 0 || !DeviceAccess::supports(*dev_, k)) {
-      std::string sig = op + "(";
-      for (size_t i = 0; i + 1 < key.size(); ++i) sig += std::string(i ? ", " : "") + std::string(dtype_name(key[i]));
-      sig += ") -> " + std::string(dtype_name(key.back()));
-      throw Error(where + ": device '" + dev_->name() + "' has no kernel " + sig + "; it offers:" + kernel_list(op),
-                  BP_ERR_UNIMPLEMENTED);
-    }
-    return k;
-  }
-
-  // Appends a device Contiguize step that copies `layout` of value `src` into
-  // a new dense buffer; returns the new value.
-  int contiguize(int src, const Layout& layout, const std::string& why) {
-    const Value& s = p_.values[src];
-    const bp_dtype dt = s.dtype;
-    const int k = resolve(why + ": inserting a contiguous copy", "contiguous", {dt, dt}, false);
-    if (plugin_->api()->kernels[k].input_layouts[0] != BP_LAYOUT_STRIDED)
-      throw Error(why + ": device '" + dev_->name() + "' has a contiguous kernel that itself needs contiguous input");
+  // A device Contiguize step copying `layout` of value `src` into a new dense buffer.
+  int contiguize(int src, const Layout& layout, int dev, const std::string& why) {
+    const PlanDevice& d = p_.devs[dev];
+    const bp_dtype dt = p_.values[src].dtype;
+    const int k = d.plugin->find_kernel("contiguous", {dt, dt});
     const int step = static_cast<int>(p_.steps.size());
     const Shape shape = layout.shape();
-    const int vb = new_vbuf(nbytes(dt, shape), step);
-    const int out = add_value("", dt, shape, vb, 0, Layout::contiguous(shape));
+    uint64_t size = dtype_size(dt);
+    for (auto x : shape) size *= static_cast<uint64_t>(x);
+    Value like;
+    like.dtype = dt;
+    like.shape = shape;
+    const int out = add_value(like, new_vbuf(size, dev, step), 0, Layout::contiguous(shape));
     Step st;
-    st.what = why + " (contiguous copy on " + dev_->name() + ")";
+    st.dev = dev;
+    st.what = why + " (contiguous copy on " + d.device->name() + ")";
     st.kernel = k;
-    st.fn = plugin_->api()->kernels[k].fn;
+    st.fn = d.plugin->api()->kernels[k].fn;
     st.inputs = {src};
     st.in_layouts = {layout};
     st.output = out;
     st.out_layout = Layout::contiguous(shape);
     st.params.struct_size = sizeof(bp_op_params);
     st.params.kind = BP_PARAMS_NONE;
-    p_.steps.push_back(std::move(st));
     use(src, step);
-    p_.description.push_back(p_.steps.back().what);
+    p_.description.push_back(st.what);
+    p_.steps.push_back(std::move(st));
     return out;
   }
 
-  InferredNode infer_custom(const Node& node, const std::vector<const ValueType*>& in) {
-    const std::string where = "node '" + node.name + "' (" + node.op + ")";
-    auto* api = plugin_->api();
-    bool offered = false;
-    for (const auto& k : dev_->kernels()) offered = offered || k.op == node.op;
-    if (!offered) throw Error(where + ": device '" + dev_->name() + "' offers no kernel for the vendor op '" + node.op + "'");
-    if (!api->infer_custom_op)
-      throw Error(where + ": plugin '" + plugin_->info().name + "' gives no shape inference for its vendor ops");
-    std::vector<bp_dtype> dts;
-    std::vector<bp_layout> ls;
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (!in[i]) throw Error(where + ": input " + std::to_string(i) + " is null");
-      if (in[i]->is_bundle()) throw Error(where + ": input " + std::to_string(i) + " is a bundle; use 'view'");
-      dts.push_back(in[i]->dtype);
-      ls.push_back(Layout::contiguous(in[i]->shape).to_bp());
-    }
-    InferredNode r;
-    r.params.struct_size = sizeof(bp_op_params);
-    r.params.kind = BP_PARAMS_CUSTOM;
-    custom_json_ = node.params.dump();
-    r.params.u.custom.json = {custom_json_.data(), custom_json_.size()};
-    bp_dtype out_dt = BP_DTYPE_INVALID;
-    bp_layout out_l{};
-    plugin_->check(api->infer_custom_op({node.op.data(), node.op.size()}, dts.data(), ls.data(), ls.size(), &r.params,
-                                        &out_dt, &out_l),
-                   where);
-    if (dtype_size(out_dt) == 0 || out_l.rank > BP_MAX_RANK)
-      throw Error(where + ": the plugin's shape inference returned an invalid dtype or rank");
-    r.out.dtype = out_dt;
-    r.out.shape.assign(out_l.shape, out_l.shape + out_l.rank);
-    for (auto d : r.out.shape)
-      if (d < 0) throw Error(where + ": the plugin's shape inference returned a negative dim");
-    return r;
-  }
-
-  void plan_node(const Node& node) {
-    const std::string where = "node '" + node.name + "' (" + node.op + ")";
-    if (node.name.empty()) throw Error("a node of op '" + node.op + "' has no name");
-    if (p_.by_name.count(node.name)) throw Error(where + ": the name '" + node.name + "' is already used");
-    std::vector<int> in_ids;
-    std::vector<ValueType> in_types;
-    in_types.reserve(node.inputs.size());
-    for (const auto& n : node.inputs) {
-      if (n.empty()) {
-        in_ids.push_back(-1);
-        in_types.push_back({});
-        continue;
-      }
-      auto it = p_.by_name.find(n);
-      if (it == p_.by_name.end()) throw Error(where + ": input '" + n + "' is not defined before this node");
-      const Value& v = p_.values[it->second];
-      in_ids.push_back(it->second);
-      ValueType t{v.dtype, v.shape, {}};
-      for (const auto& s : v.slots) t.slots.push_back({s.dtype, s.shape});
-      in_types.push_back(std::move(t));
-    }
-    // Trailing optional inputs left out are the same as nulls: one kernel row serves both.
-    const size_t full_arity = detail::optional_inputs(node.op).total;
-    while (in_ids.size() < full_arity && !in_ids.empty()) {
-      in_ids.push_back(-1);
-      in_types.push_back({});
-    }
-    std::vector<const ValueType*> in_ptrs;
-    for (size_t i = 0; i < in_types.size(); ++i) in_ptrs.push_back(in_ids[i] < 0 ? nullptr : &in_types[i]);
-
-    InferredNode r = detail::is_custom_op(node.op) && !detail::is_known_op(node.op) ? infer_custom(node, in_ptrs)
-                                                                                    : detail::infer_node(node, in_ptrs);
-    switch (r.cls) {
-      case OpClass::View: {
-        const Value& src = p_.values[in_ids[0]];
-        Layout l = *r.view(src.layout);
-        add_value(node.name, src.dtype, r.out.shape, src.vbuf, src.byte_offset, std::move(l));
-        return;
-      }
-      case OpClass::Reshape: {
-        const Value src = p_.values[in_ids[0]];
-        if (auto l = r.view(src.layout)) {
-          add_value(node.name, src.dtype, r.out.shape, src.vbuf, src.byte_offset, std::move(*l));
-        } else {
-          const int dense = contiguize(in_ids[0], src.layout, where);
-          const Value d = p_.values[dense];
-          add_value(node.name, d.dtype, r.out.shape, d.vbuf, 0, Layout::contiguous(r.out.shape));
-        }
-        return;
-      }
-      case OpClass::Slot:
-      case OpClass::SlotCopy: {
-        const Value src = p_.values[in_ids[0]];
-        const SlotSpec& s = src.slots[r.slot];
-        if (r.cls == OpClass::Slot) {
-          add_value(node.name, s.dtype, s.shape, src.vbuf, src.byte_offset + s.byte_offset, Layout::contiguous(s.shape));
-        } else {
-          const int view = add_value("", s.dtype, s.shape, src.vbuf, src.byte_offset + s.byte_offset, Layout::contiguous(s.shape));
-          const int copy = contiguize(view, Layout::contiguous(s.shape), where);
-          p_.values[copy].name = node.name;
-          p_.by_name[node.name] = copy;
-        }
-        return;
-      }
-      case OpClass::Kernel:
-        break;
-    }
-
-    // Dispatch key: input dtypes (absent optional inputs take the output's), then output.
-    std::vector<bp_dtype> key;
-    for (size_t i = 0; i < in_ids.size(); ++i) key.push_back(in_ids[i] < 0 ? r.out.dtype : p_.values[in_ids[i]].dtype);
-    key.push_back(r.out.dtype);
-    const int k = resolve(where, node.op, key, node.op == "concat" || detail::is_custom_op(node.op));
-    const bp_kernel_desc& desc = plugin_->api()->kernels[k];
-    const bool variadic = desc.flags & BP_KERNEL_FLAG_VARIADIC;
-    if (!variadic && desc.n_inputs != in_ids.size())
-      throw Error(where + ": kernel takes " + std::to_string(desc.n_inputs) + " inputs, node gives " + std::to_string(in_ids.size()));
-    if (desc.bundle_slots != r.out.slots.size())
-      throw Error(where + ": kernel declares " + std::to_string(desc.bundle_slots) + " bundle slots, the op has " +
-                  std::to_string(r.out.slots.size()));
-
-    // Canonical input layouts.
-    std::vector<Layout> layouts;
-    for (size_t i = 0; i < in_ids.size(); ++i) {
-      if (in_ids[i] < 0) {
-        layouts.emplace_back();
-        continue;
-      }
-      const Value& v = p_.values[in_ids[i]];
-      Layout l = v.layout;
-      if (r.canon == Canon::Broadcast) {
-        l = l.broadcast_to(r.out.shape);
-      }
-      layouts.push_back(std::move(l));
-    }
-    Layout out_layout = Layout::contiguous(r.out.shape);
-    if (r.canon == Canon::Matmul) {
-      Layout a = layouts[0], b = layouts[1];
-      if (a.rank() == 1) a = a.unsqueeze(0);
-      if (b.rank() == 1) b = b.unsqueeze(1);
-      const size_t rank = std::max(a.rank(), b.rank());
-      Shape batch(rank - 2, 1);
-      for (const Layout* l : {&a, &b})
-        for (size_t i = 0; i + 2 < l->rank(); ++i) {
-          int64_t& d = batch[rank - l->rank() + i];
-          d = std::max(d, l->shape()[i]);
-        }
-      Shape as = batch, bs = batch, os = batch;
-      as.insert(as.end(), {a.shape()[a.rank() - 2], a.shape().back()});
-      bs.insert(bs.end(), {b.shape()[b.rank() - 2], b.shape().back()});
-      os.insert(os.end(), {a.shape()[a.rank() - 2], b.shape().back()});
-      layouts[0] = a.broadcast_to(as);
-      layouts[1] = b.broadcast_to(bs);
-      out_layout = Layout::contiguous(os);
-    }
-    // Contiguize inputs the kernel cannot stride through.
-    std::vector<int> ids = in_ids;
+  void emit(const LNode& n) {
+    const detail::Candidate& c = n.candidates[n.chosen];
+    const int dev = dev_index(c.device);
+    const PlanDevice& d = p_.devs[dev];
+    p_.placement.push_back({n.node, n.copy ? "contiguous copy" : n.op, c.device->name(), n.reason});
+    std::vector<int> ids = n.inputs;
+    std::vector<Layout> layouts = n.in_layouts;
     for (size_t i = 0; i < ids.size(); ++i) {
       if (ids[i] < 0) continue;
-      const uint8_t cap = desc.input_layouts[std::min<size_t>(i, desc.n_inputs - 1)];
-      if (cap == BP_LAYOUT_CONTIGUOUS && !layouts[i].is_contiguous()) {
-        ids[i] = contiguize(ids[i], layouts[i], where + " input " + std::to_string(i));
+      const int before = ids[i];
+      ids[i] = on_device(ids[i], dev);
+      if (ids[i] != before) {
+        // The moved bytes start at the span's start: shift the kernel's view.
+        const Value& a = p_.values[before];
+        const Value& b = p_.values[ids[i]];
+        const int64_t shift = b.layout.offset() - a.layout.offset();
+        const Layout& l = layouts[i];
+        layouts[i] = Layout(l.shape(), l.strides(), l.offset() + shift);
+      }
+      if (c.contiguize[i] && !layouts[i].is_contiguous()) {
+        ids[i] = contiguize(ids[i], layouts[i], dev, n.where + " input " + std::to_string(i));
         layouts[i] = Layout::contiguous(layouts[i].shape());
       }
     }
     const int step = static_cast<int>(p_.steps.size());
-    // Output buffer: plain, or a bundle with each slot aligned.
-    std::vector<SlotSpec> slots;
-    uint64_t size = nbytes(r.out.dtype, r.out.shape);
-    if (r.out.is_bundle()) {
-      uint64_t off = 0;
-      for (const auto& [dt, shape] : r.out.slots) {
-        off = align_up(off, std::max<uint64_t>(align_, dtype_size(dt)));
-        slots.push_back({dt, shape, off});
-        off += nbytes(dt, shape);
-      }
-      size = off;
-    }
-    const int vb = new_vbuf(size, step);
-    const int out = add_value(node.name, r.out.dtype, r.out.shape, vb, 0, Layout::contiguous(r.out.shape));
-    p_.values[out].slots = std::move(slots);
-
+    const bp_kernel_desc& desc = d.plugin->api()->kernels[c.kernel];
     Step st;
-    st.what = where + " [kernel " + kernel_signature(plugin_->info().kernels[k]) + " on " + dev_->name() + "]";
-    st.kernel = k;
+    st.dev = dev;
+    st.what = n.copy ? n.where + " (contiguous copy on " + d.device->name() + ")"
+                     : n.where + " [kernel " + kernel_signature(d.plugin->info().kernels[c.kernel]) + " on " +
+                           d.device->name() + "]";
+    st.kernel = c.kernel;
     st.fn = desc.fn;
     st.inputs = ids;
     st.in_layouts = std::move(layouts);
-    st.output = out;
-    st.out_layout = std::move(out_layout);
-    st.params = r.params;
-    if (r.params.kind == BP_PARAMS_CUSTOM) st.custom_json = custom_json_;
+    st.output = n.output;
+    st.out_layout = n.out_layout;
+    st.params = n.params;
+    st.custom_json = n.custom_json;
     for (int id : ids)
       if (id >= 0) use(id, step);
+    auto& vb = p_.vbufs[p_.values[n.output].vbuf];
+    vb.def_step = step;
+    vb.last_use = std::max(vb.last_use, step);
     p_.description.push_back(st.what);
     p_.steps.push_back(std::move(st));
   }
 
-  // Greedy buffer reuse: a step's output takes a free cell whose values are
-  // all dead before this step (never one the step also reads).
+  // Greedy buffer reuse per device: a step's output takes a free cell of its
+  // device whose values are all dead before this step (never one the step
+  // also reads).
   void assign_cells() {
     std::vector<uint64_t> cell_size;
+    std::vector<int> cell_dev;
     std::vector<int> cell_free_after;  // step index after which the cell is free; INT_MAX = pinned
     std::vector<std::vector<int>> by_step(p_.steps.size() + 1);
     for (size_t i = 0; i < p_.vbufs.size(); ++i) {
@@ -464,7 +392,8 @@ class Planner {
       if (vb.pinned || vb.def_step < 0) {
         vb.cell = static_cast<int>(cell_size.size());
         cell_size.push_back(vb.size);
-        cell_free_after.push_back(INT32_MAX);
+        cell_dev.push_back(vb.dev);
+        cell_free_after.push_back(INT_MAX);
       } else {
         by_step[vb.def_step].push_back(static_cast<int>(i));
       }
@@ -474,9 +403,12 @@ class Planner {
         auto& vb = p_.vbufs[i];
         int best = -1;
         for (size_t c = 0; c < cell_size.size(); ++c) {
-          if (cell_free_after[c] >= static_cast<int>(s)) continue;
+          if (cell_dev[c] != vb.dev || cell_free_after[c] >= static_cast<int>(s)) continue;
           // Prefer the smallest cell that fits, else the largest to grow.
-          if (best < 0) { best = static_cast<int>(c); continue; }
+          if (best < 0) {
+            best = static_cast<int>(c);
+            continue;
+          }
           const bool fits = cell_size[c] >= vb.size, best_fits = cell_size[best] >= vb.size;
           if ((fits && (!best_fits || cell_size[c] < cell_size[best])) || (!fits && !best_fits && cell_size[c] > cell_size[best]))
             best = static_cast<int>(c);
@@ -484,6 +416,7 @@ class Planner {
         if (best < 0) {
           best = static_cast<int>(cell_size.size());
           cell_size.push_back(0);
+          cell_dev.push_back(vb.dev);
           cell_free_after.push_back(-1);
         }
         vb.cell = best;
@@ -493,28 +426,69 @@ class Planner {
     }
     for (size_t c = 0; c < cell_size.size(); ++c) {
       auto cell = std::make_unique<Cell>();
-      cell->plugin = plugin_;
-      cell->device = DeviceAccess::handle(*dev_);
-      cell->size = std::max<uint64_t>(cell_size[c], align_);
+      const PlanDevice& d = p_.devs[cell_dev[c]];
+      cell->plugin = d.plugin;
+      cell->device = d.handle;
+      cell->dev = cell_dev[c];
+      cell->size = std::max<uint64_t>(cell_size[c], d.align);
       p_.cells.push_back(std::move(cell));
     }
   }
 
   void allocate() {
-    for (auto& c : p_.cells) {
-      bp_buffer b{};
-      b.struct_size = sizeof b;
-      plugin_->check(plugin_->api()->buffer_allocate(c->device, c->size, &b),
-                     "allocating " + std::to_string(c->size) + " bytes on device '" + dev_->name() + "'");
-      c->handle = b.handle;
-      c->host_ptr = b.host_ptr;
-    }
+    std::vector<int> alias_of_cell(p_.cells.size(), -1);
+    for (size_t i = 0; i < p_.vbufs.size(); ++i)
+      if (p_.vbufs[i].alias_of >= 0) alias_of_cell[p_.vbufs[i].cell] = static_cast<int>(i);
+    // Real buffers first, then the aliases that import their memory.
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t c = 0; c < p_.cells.size(); ++c) {
+        Cell& cell = *p_.cells[c];
+        const PlanDevice& d = p_.devs[cell.dev];
+        const int alias = alias_of_cell[c];
+        if ((alias >= 0) != (pass == 1)) continue;
+        bp_buffer b{};
+        b.struct_size = sizeof b;
+        if (alias >= 0) {
+          const VBuf& vb = p_.vbufs[alias];
+          const Cell& src = *p_.cells[p_.vbufs[vb.alias_of].cell];
+          cell.size = vb.size;  // exactly the imported span
+          char* ptr = src.host_ptr ? static_cast<char*>(src.host_ptr) + vb.alias_offset : nullptr;
+          if (ptr && reinterpret_cast<uintptr_t>(ptr) % d.align == 0) {
+            bp_error* err = d.plugin->api()->buffer_import_host(cell.device, ptr, cell.size, &b);
+            if (err == nullptr && b.host_ptr == ptr) {
+              cell.handle = b.handle;
+              cell.host_ptr = b.host_ptr;
+              continue;
+            }
+            d.plugin->take_error(err);
+          }
+          // The import was refused: fall back to a copy into a buffer of its own.
+          if (b.handle) d.plugin->api()->buffer_free(cell.device, b.handle);
+          cell.size = std::max<uint64_t>(vb.size, d.align);
+          b = bp_buffer{};
+          b.struct_size = sizeof b;
+          for (auto& st : p_.steps)
+            if (st.transfer && st.output >= 0 && p_.values[st.output].vbuf == alias) st.zero_copy = false;
+        }
+        d.plugin->check(d.plugin->api()->buffer_allocate(cell.device, cell.size, &b),
+                        "allocating " + std::to_string(cell.size) + " bytes on device '" + d.device->name() + "'");
+        cell.handle = b.handle;
+        cell.host_ptr = b.host_ptr;
+      }
   }
 
   void finalize() {
     std::vector<int> mode(p_.cells.size(), 0);  // 0 unused, 1 read, 2 write
     for (size_t s = 0; s < p_.steps.size(); ++s) {
       Step& st = p_.steps[s];
+      if (st.transfer) {
+        const Value& src = p_.values[st.src_value];
+        int& m = mode[p_.vbufs[src.vbuf].cell];
+        m = std::max(m, 1);
+        if (!st.zero_copy) mode[p_.vbufs[p_.values[st.output].vbuf].cell] = 2;
+        st.dst_offset = p_.values[st.output].byte_offset;
+        continue;
+      }
       st.in_st.resize(st.inputs.size());
       st.layouts.clear();
       for (size_t i = 0; i < st.inputs.size(); ++i) {
@@ -556,15 +530,23 @@ class Planner {
       if (mode[c]) p_.lock_order.push_back({p_.cells[c].get(), mode[c] == 2});
     std::sort(p_.lock_order.begin(), p_.lock_order.end(),
               [](const auto& a, const auto& b) { return std::less<Cell*>()(a.first, b.first); });
+    // The description of zero-copy transfers refused at allocation.
+    size_t di = 0;
+    for (const auto& st : p_.steps) {
+      if (st.transfer && !st.zero_copy && di < p_.description.size() &&
+          p_.description[di].find("zero-copy") != std::string::npos)
+        p_.description[di] = st.what + ": " + bytes_str(st.bytes) + " (the destination refused to import the memory)";
+      ++di;
+    }
+    for (auto& d : p_.devs) {
+      d.ctx.struct_size = sizeof(bp_kernel_context);
+      d.ctx.device = d.handle;
+    }
   }
 
   Plan::Impl& p_;
-  const Graph& g_;
-  Device* dev_;
-  Plugin* plugin_;
-  uint64_t align_;
-  std::string custom_json_;
-  std::vector<std::pair<int, const HostTensor*>> constants_;
+  const Lowered& l_;
+  std::map<std::pair<int, int>, int> moved_;  // (value, device) -> transferred value
 };
 
 // Holds the plan's locks for one run, in the global (address) order.
@@ -572,14 +554,16 @@ class RunLocks {
  public:
   explicit RunLocks(const std::vector<std::pair<Cell*, bool>>& order) : order_(order) {
     for (auto& [c, w] : order_) {
-      if (w) c->mu.lock(); else c->mu.lock_shared();
+      if (w) c->mu.lock();
+      else c->mu.lock_shared();
       ++held_;
     }
   }
   ~RunLocks() {
     for (size_t i = held_; i-- > 0;) {
       auto& [c, w] = order_[i];
-      if (w) c->mu.unlock(); else c->mu.unlock_shared();
+      if (w) c->mu.unlock();
+      else c->mu.unlock_shared();
     }
   }
   RunLocks(const RunLocks&) = delete;
@@ -598,22 +582,28 @@ Plan& Plan::operator=(Plan&&) noexcept = default;
 Plan::~Plan() = default;
 
 Plan Runtime::compile(const Graph& graph, Device& device, const CompileOptions& options) {
-  Plan plan;
-  plan.impl_ = std::make_unique<Plan::Impl>();
-  auto& p = *plan.impl_;
-  p.device = &device;
-  p.plugin = &DeviceAccess::plugin(device);
-  p.poison = options.poison_outputs;
-  if (!p.plugin->loaded()) throw Error("device '" + device.name() + "': its plugin is not loaded");
+  return compile(graph, std::vector<Device*>{&device}, options);
+}
+
+Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices, const CompileOptions& options) {
+  if (devices.empty()) throw Error("compile: the device list is empty");
+  for (auto* d : devices) {
+    if (!d) throw Error("compile: a null device in the list");
+    if (!DeviceAccess::plugin(*d).loaded()) throw Error("device '" + d->name() + "': its plugin is not loaded");
+  }
   // Check the whole graph's shapes first, so a bad graph is reported as such
-  // before any device question (vendor ops need the device's inference).
+  // before any device question (vendor ops need the device or a decomposition).
   bool has_vendor_op = false;
   for (const auto& n : graph.nodes()) has_vendor_op = has_vendor_op || detail::is_custom_op(n.op);
   if (!has_vendor_op) infer_graph(graph);
-  Planner(p, graph).build();
-  p.ctx.struct_size = sizeof(bp_kernel_context);
-  p.ctx.device = DeviceAccess::handle(device);
-  p.ctx.host = &impl_->host;
+  Lowered l = detail::lower(*this, graph, devices);
+  detail::place(l);
+  Plan plan;
+  plan.impl_ = std::make_unique<Plan::Impl>();
+  auto& p = *plan.impl_;
+  p.poison = options.poison_outputs;
+  Builder(p, l).build();
+  for (auto& d : p.devs) d.ctx.host = &impl_->host;
   return plan;
 }
 
@@ -634,49 +624,83 @@ void Plan::set_input(const std::string& name, const HostTensor& t) {
 void Plan::execute() {
   if (!impl_) throw Error("execute on an empty plan");
   auto& p = *impl_;
-  const bp_plugin_api* api = p.plugin->api();
-  bp_device* dev = p.ctx.device;
   RunLocks locks(p.lock_order);
-  // With poisoning on an asynchronous device, each step is submitted on its
-  // own so the poison lands right before the kernel that must overwrite it.
-  const bool step_sync = p.poison && api->synchronize;
-  auto sync = [&](const std::string& what) {
-    if (api->synchronize) p.plugin->check(api->synchronize(dev), what);
+  // Which devices have work enqueued since their last synchronize.
+  std::vector<char> pending(p.devs.size(), 0);
+  auto sync = [&](size_t d, const std::string& what) {
+    pending[d] = 0;
+    auto* api = p.devs[d].plugin->api();
+    if (api->synchronize) p.devs[d].plugin->check(api->synchronize(p.devs[d].handle), what);
   };
-  auto begin = [&]() {
-    if (api->begin) p.plugin->check(api->begin(dev), "device '" + p.device->name() + "': begin");
-  };
-  begin();
-  for (size_t s = 0; s < p.steps.size(); ++s) {
-    const Step& st = p.steps[s];
-    if (p.poison) {
-      const Value& out = p.values[st.output];
-      Cell& c = p.cell_of(out);
-      uint64_t bytes = 0;
-      if (out.slots.empty()) {
-        bytes = static_cast<uint64_t>(out.layout.numel()) * dtype_size(out.dtype);
-      } else {
-        const auto& last = out.slots.back();
-        bytes = last.byte_offset + static_cast<uint64_t>(Layout::contiguous(last.shape).numel()) * dtype_size(last.dtype);
+  auto sync_for_run = [&](size_t d) { sync(d, "running the plan on device '" + p.devs[d].device->name() + "'"); };
+  // On an error, drain every device (keeping the first error) before throwing.
+  auto drain = [&]() {
+    for (size_t d = 0; d < p.devs.size(); ++d)
+      if (pending[d] && p.devs[d].plugin->api()->synchronize) {
+        pending[d] = 0;
+        p.devs[d].plugin->take_error(p.devs[d].plugin->api()->synchronize(p.devs[d].handle));
       }
-      std::vector<unsigned char> junk(bytes, 0xFF);
-      p.write_bytes(c, out.byte_offset, junk.data(), bytes);
+  };
+  try {
+    for (size_t s = 0; s < p.steps.size(); ++s) {
+      const Step& st = p.steps[s];
+      if (st.transfer) {
+        if (st.bytes == 0) continue;
+        // The source must be complete; the destination's queued work must
+        // not see its buffer change under it.
+        if (pending[st.src_dev]) sync_for_run(st.src_dev);
+        if (st.zero_copy) continue;
+        if (pending[st.dev]) sync_for_run(st.dev);
+        Cell& src = p.cell_of(p.values[st.src_value]);
+        Cell& dst = p.cell_of(p.values[st.output]);
+        if (src.host_ptr) {
+          p.write_bytes(dst, st.dst_offset, static_cast<const char*>(src.host_ptr) + st.src_offset, st.bytes);
+        } else if (dst.host_ptr) {
+          p.read_bytes(src, st.src_offset, static_cast<char*>(dst.host_ptr) + st.dst_offset, st.bytes);
+        } else {
+          std::vector<char> staging(st.bytes);
+          p.read_bytes(src, st.src_offset, staging.data(), st.bytes);
+          p.write_bytes(dst, st.dst_offset, staging.data(), st.bytes);
+        }
+        continue;
+      }
+      const PlanDevice& d = p.devs[st.dev];
+      const bp_plugin_api* api = d.plugin->api();
+      if (!pending[st.dev]) {
+        if (api->begin) d.plugin->check(api->begin(d.handle), "device '" + d.device->name() + "': begin");
+        pending[st.dev] = 1;
+      }
+      if (p.poison) {
+        const Value& out = p.values[st.output];
+        Cell& c = p.cell_of(out);
+        uint64_t bytes = 0;
+        if (out.slots.empty()) {
+          bytes = static_cast<uint64_t>(out.layout.numel()) * dtype_size(out.dtype);
+        } else {
+          const auto& last = out.slots.back();
+          bytes = last.byte_offset + static_cast<uint64_t>(Layout::contiguous(last.shape).numel()) * dtype_size(last.dtype);
+        }
+        std::vector<unsigned char> junk(bytes, 0xFF);
+        p.write_bytes(c, out.byte_offset, junk.data(), bytes);
+      }
+      auto ctx = d.ctx;
+      ctx.kernel_index = static_cast<uint32_t>(st.kernel);
+      bp_error* err = st.fn(&ctx, st.in_st.data(), st.in_st.size(), &st.out_st, 1, st.layouts.data(), &st.params);
+      if (err) {
+        const auto code = api->error_code(err);
+        const std::string msg = d.plugin->take_error(err);
+        throw Error(st.what + ": " + msg, code);
+      }
+      // With poisoning on an asynchronous device, each step is submitted on
+      // its own so the poison lands right before the kernel that must overwrite it.
+      if (p.poison && api->synchronize) sync(st.dev, st.what);
     }
-    auto ctx = p.ctx;
-    ctx.kernel_index = static_cast<uint32_t>(st.kernel);
-    bp_error* err = st.fn(&ctx, st.in_st.data(), st.in_st.size(), &st.out_st, 1, st.layouts.data(), &st.params);
-    if (err) {
-      const auto code = api->error_code(err);
-      const std::string msg = p.plugin->take_error(err);
-      if (api->synchronize) p.plugin->take_error(api->synchronize(dev));  // drain, keep the first error
-      throw Error(st.what + ": " + msg, code);
-    }
-    if (step_sync) {
-      sync(st.what);
-      if (s + 1 < p.steps.size()) begin();
-    }
+    for (size_t d = 0; d < p.devs.size(); ++d)
+      if (pending[d]) sync_for_run(d);
+  } catch (...) {
+    drain();
+    throw;
   }
-  if (!step_sync) sync("running the plan on device '" + p.device->name() + "'");
 }
 
 HostTensor Plan::output(const std::string& name) const {
@@ -724,6 +748,55 @@ std::map<std::string, HostTensor> Plan::run(const std::map<std::string, HostTens
 }
 
 std::vector<std::string> Plan::describe() const { return impl_ ? impl_->description : std::vector<std::string>{}; }
+
+std::vector<Plan::Transfer> Plan::transfers() const {
+  std::vector<Transfer> out;
+  if (!impl_) return out;
+  for (const auto& st : impl_->steps) {
+    if (!st.transfer) continue;
+    const Value& v = impl_->values[st.src_value];
+    out.push_back({v.name, impl_->devs[st.src_dev].device->name(), impl_->devs[st.dev].device->name(),
+                   st.zero_copy ? 0 : st.bytes, st.zero_copy});
+  }
+  return out;
+}
+
+std::vector<Plan::Placement> Plan::placement() const { return impl_ ? impl_->placement : std::vector<Placement>{}; }
+
+std::vector<std::string> Plan::devices() const {
+  std::vector<std::string> out;
+  if (impl_)
+    for (const auto& d : impl_->devs) out.push_back(d.device->name());
+  return out;
+}
+
+std::string Plan::explain() const {
+  if (!impl_) return "empty plan\n";
+  const auto& p = *impl_;
+  std::string s = "devices:";
+  for (const auto& d : p.devs) s += " " + d.device->name();
+  s += "\n";
+  size_t w = 4;
+  for (const auto& pl : p.placement) w = std::max(w, pl.node.size() + pl.op.size() + 3);
+  for (const auto& pl : p.placement) {
+    std::string head = pl.node + " (" + pl.op + ")";
+    head.resize(w, ' ');
+    s += "  " + head + " -> " + pl.device + "  " + pl.reason + "\n";
+  }
+  uint64_t moved = 0;
+  size_t n = 0;
+  for (const auto& t : transfers()) {
+    ++n;
+    moved += t.bytes;
+    s += "  transfer " + (t.value.empty() ? std::string("(intermediate)") : t.value) + ": " + t.from + " -> " + t.to + ", " +
+         (t.zero_copy ? "zero-copy" : bytes_str(t.bytes)) + "\n";
+  }
+  for (const auto& [name, v] : p.inputs)
+    s += "  input " + name + " lives on " + p.devs[p.cells[p.vbufs[p.values[v].vbuf].cell]->dev].device->name() + "\n";
+  for (const auto& note : p.notes) s += "  " + note + "\n";
+  s += std::to_string(n) + " transfer" + (n == 1 ? "" : "s") + ", " + bytes_str(moved) + " moved per run\n";
+  return s;
+}
 
 size_t Plan::buffer_count() const { return impl_ ? impl_->cells.size() : 0; }
 uint64_t Plan::buffer_bytes() const {

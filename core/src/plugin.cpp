@@ -3,7 +3,9 @@
 #include "plugin.hpp"
 
 #include "json_schema.hpp"
+#include "vendor_ops.hpp"
 
+#include <algorithm>
 #include <boost/dll/import.hpp>
 
 #include <fstream>
@@ -57,6 +59,11 @@ PluginInfo parse_manifest(const std::filesystem::path& path) {
   info.version = p["version"];
   info.abi_version = p["abi_version"];
   info.device_kind = p["device_kind"];
+  info.device_kinds = {info.device_kind};
+  if (p.contains("device_kinds"))
+    for (const auto& k : p["device_kinds"])
+      if (std::find(info.device_kinds.begin(), info.device_kinds.end(), k.get<std::string>()) == info.device_kinds.end())
+        info.device_kinds.push_back(k.get<std::string>());
   info.description = p.value("description", "");
   std::filesystem::path lib = p["library_path"].get<std::string>();
   info.library_path = lib.is_absolute() ? lib : path.parent_path() / lib;
@@ -73,6 +80,8 @@ PluginInfo parse_manifest(const std::filesystem::path& path) {
                   " dtypes for " + std::to_string(ki.layouts.size()) + " inputs (expected inputs + 1)");
     info.kernels.push_back(std::move(ki));
   }
+  if (p.contains("vendor_ops"))
+    for (const auto& v : p["vendor_ops"]) info.vendor_ops.push_back(detail::parse_vendor_op(v, where));
   return info;
 }
 
@@ -250,6 +259,15 @@ void Plugin::load(const bp_host_api* host) {
       check(api_->device_info(dev->handle_, &dev->info_), who + ": device " + std::to_string(i));
       dev->name_ = sv(dev->info_.name);
       dev->kind_ = sv(dev->info_.kind);
+      // One truth for a device's kind: what the manifest says the plugin's
+      // devices may be, so a listing before loading never contradicts one after.
+      const auto& kinds = info_.device_kinds;
+      if (std::find(kinds.begin(), kinds.end(), dev->kind_) == kinds.end()) {
+        std::string allowed;
+        for (const auto& k : kinds) allowed += (allowed.empty() ? "" : ", ") + k;
+        throw Error(who + ": device '" + sv(dev->info_.name) + "' reports kind '" + dev->kind_ +
+                    "', which its manifest does not list (device_kind/device_kinds: " + allowed + ")");
+      }
       dev->description_ = sv(dev->info_.description);
       if (dev->name_.empty()) throw Error(who + ": device " + std::to_string(i) + " has no name");
       if (dev->info_.buffer_alignment == 0) dev->info_.buffer_alignment = 16;

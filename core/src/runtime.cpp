@@ -110,6 +110,9 @@ std::unique_ptr<Runtime> Runtime::create(RuntimeOptions options) {
           impl->manifest_errors.emplace_back(f, "plugin '" + info.name + "' already found earlier on the search path; ignored");
           continue;
         }
+        for (const auto& v : info.vendor_ops)
+          if (!impl->vendor_ops.emplace(v.op, v).second)
+            impl->manifest_errors.emplace_back(f, "vendor op '" + v.op + "' is already declared by a manifest earlier on the search path; this declaration is ignored");
         impl->plugins.push_back(std::make_unique<Plugin>(std::move(info)));
       } catch (const std::exception& e) {
         impl->manifest_errors.emplace_back(f, e.what());
@@ -148,7 +151,11 @@ std::vector<DeviceListing> Runtime::devices() const {
       if (p->devices().empty())
         out.push_back({info.name, info.device_kind, "no devices found", info.name, info.manifest_path, info.state, "", 0});
     } else {
-      out.push_back({info.name, info.device_kind, info.description, info.name, info.manifest_path, info.state,
+      // Before loading, every kind the manifest allows (a Vulkan plugin's
+      // devices may be GPUs or a software rasteriser, a CPU-kind device).
+      std::string kinds;
+      for (const auto& k : info.device_kinds) kinds += (kinds.empty() ? "" : "|") + k;
+      out.push_back({info.name, kinds, info.description, info.name, info.manifest_path, info.state,
                      info.rejection, info.kernels.size()});
     }
   }
@@ -164,10 +171,76 @@ std::vector<Device*> Runtime::all_devices() {
   return out;
 }
 
+const VendorOpInfo* Runtime::vendor_op(const std::string& op) const {
+  auto it = impl_->vendor_ops.find(op);
+  return it == impl_->vendor_ops.end() ? nullptr : &it->second;
+}
+
+namespace {
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    std::string part = s.substr(start, end - start);
+    while (!part.empty() && part.back() == ' ') part.pop_back();
+    while (!part.empty() && part.front() == ' ') part.erase(part.begin());
+    out.push_back(part);
+    start = end + 1;
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<Device*> Runtime::select_devices(const std::string& list) {
+  std::vector<Device*> out;
+  auto add = [&](Device* d) {
+    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  };
+  const auto parts = split_list(list);
+  for (const auto& part : parts) {
+    if (part.empty()) throw Error("device list '" + list + "': an empty entry (write names separated by commas)");
+    if (part != "auto") {
+      add(&device(part));
+      continue;
+    }
+    if (impl_->options.use_environment)
+      if (const char* env = safe_getenv("BACKPLANE_DEVICE"); env && *env)
+        for (const auto& e : split_list(env)) {
+          if (e == "auto" || e.empty()) continue;
+          try {
+            add(&device(e));
+          } catch (const Error& err) {
+            throw Error(std::string("BACKPLANE_DEVICE: ") + err.what(), err.code());
+          }
+        }
+    // Then GPUs, accelerators, CPU-kind devices; among CPU-kind devices the
+    // ones on host memory (the CPU plugin) before emulated ones (lavapipe).
+    const auto all = all_devices();
+    for (const char* kind : {"gpu", "accelerator"})
+      for (auto* d : all)
+        if (d->kind() == kind) add(d);
+    for (bool host : {true, false})
+      for (auto* d : all)
+        if (d->kind() == "cpu" && (DeviceAccess::info(*d).memory_kind == BP_MEMORY_HOST) == host) add(d);
+    for (auto* d : all) add(d);  // any kind this host does not know
+  }
+  if (out.empty()) {
+    std::string why;
+    for (auto& p : impl_->plugins)
+      if (p->rejected()) why += "\n  plugin '" + p->info().name + "' was rejected: " + p->info().rejection;
+    throw Error("device list '" + list + "' selects no device" +
+                    (impl_->plugins.empty() ? " (no plugin manifests were found; set BACKPLANE_PLUGIN_PATH)" : "") + why,
+                BP_ERR_UNAVAILABLE);
+  }
+  return out;
+}
+
 Device& Runtime::device(const std::string& selector_in) {
   std::string selector = selector_in;
   if (selector == "auto" && impl_->options.use_environment)
-    if (const char* env = safe_getenv("BACKPLANE_DEVICE"); env && *env) selector = env;
+    if (const char* env = safe_getenv("BACKPLANE_DEVICE"); env && *env) selector = split_list(env).front();
   std::lock_guard<std::mutex> lk(impl_->mu);
   auto ensure = [&](Plugin& p) { p.load(&impl_->host); };
   std::string rejected;

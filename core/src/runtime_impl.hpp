@@ -15,6 +15,7 @@ struct Runtime::Impl {
   std::vector<std::unique_ptr<Plugin>> plugins;
   std::vector<std::pair<std::filesystem::path, std::string>> manifest_errors;
   mutable std::vector<PluginInfo> infos;
+  std::map<std::string, VendorOpInfo> vendor_ops;  // op -> first declaration on the search path
   std::mutex mu;  // plugin loading
 };
 

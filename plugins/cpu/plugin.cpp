@@ -125,14 +125,31 @@ bp_error* device_info(bp_device* device, bp_device_info* out_info) {
   });
 }
 
+// Imported host memory (buffer_import_host) has no header in front of it:
+// its handle is the address of a separate record, tagged with the low bit
+// (allocated handles are 64-byte aligned, so the bit is free).
+constexpr uint64_t kImportMagic = 0x42504350552d696dull;
+struct ImportRecord {
+  BlockHeader header;  // magic kImportMagic, the size
+  char* data;
+};
+bool is_import(uint64_t handle) { return (handle & 1u) != 0; }
+
 BlockHeader* header_of(uint64_t handle) {
+  if (is_import(handle)) return &reinterpret_cast<ImportRecord*>(static_cast<uintptr_t>(handle & ~uint64_t{1}))->header;
   return reinterpret_cast<BlockHeader*>(static_cast<uintptr_t>(handle) - kAlign);
+}
+
+char* data_of(uint64_t handle) {
+  if (is_import(handle)) return reinterpret_cast<ImportRecord*>(static_cast<uintptr_t>(handle & ~uint64_t{1}))->data;
+  return reinterpret_cast<char*>(static_cast<uintptr_t>(handle));
 }
 
 BlockHeader* checked_header(uint64_t handle, const char* what) {
   sdk::check(handle != 0, BP_ERR_INVALID_ARGUMENT, std::string(what) + ": buffer handle is 0");
   BlockHeader* h = header_of(handle);
-  sdk::check(h->magic == kMagic, BP_ERR_INVALID_ARGUMENT, std::string(what) + ": not a cpu buffer");
+  sdk::check(h->magic == (is_import(handle) ? kImportMagic : kMagic), BP_ERR_INVALID_ARGUMENT,
+             std::string(what) + ": not a cpu buffer");
   return h;
 }
 
@@ -162,9 +179,28 @@ bp_error* buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out_buffe
   });
 }
 
+bp_error* buffer_import_host(bp_device* device, void* host_ptr, uint64_t size, bp_buffer* out_buffer) {
+  return sdk::guard([&] {
+    sdk::check(device == &g_device, BP_ERR_INVALID_ARGUMENT, "buffer_import_host: not a cpu device");
+    sdk::check(out_buffer != nullptr && host_ptr != nullptr, BP_ERR_INVALID_ARGUMENT, "buffer_import_host: NULL pointer");
+    sdk::check(reinterpret_cast<uintptr_t>(host_ptr) % kAlign == 0, BP_ERR_INVALID_ARGUMENT,
+               "buffer_import_host: memory not aligned to " + std::to_string(kAlign) + " bytes");
+    auto* r = new ImportRecord{{kImportMagic, size}, static_cast<char*>(host_ptr)};
+    out_buffer->handle = reinterpret_cast<uintptr_t>(r) | 1u;
+    out_buffer->host_ptr = host_ptr;
+    out_buffer->size = size;
+  });
+}
+
 void buffer_free(bp_device*, uint64_t handle) {
   if (handle == 0) return;
   BlockHeader* h = header_of(handle);
+  if (is_import(handle)) {
+    if (h->magic != kImportMagic) return;
+    h->magic = 0;
+    delete reinterpret_cast<ImportRecord*>(static_cast<uintptr_t>(handle & ~uint64_t{1}));
+    return;
+  }
   if (h->magic != kMagic) return;
   h->magic = 0;
   std::free(h);
@@ -176,7 +212,7 @@ bp_error* buffer_write(bp_device*, uint64_t handle, uint64_t offset, const void*
     sdk::check(offset <= h->size && size <= h->size - offset, BP_ERR_OUT_OF_RANGE,
                "buffer_write: range [" + std::to_string(offset) + ", +" + std::to_string(size) +
                    ") outside a buffer of " + std::to_string(h->size) + " bytes");
-    if (size) std::memcpy(reinterpret_cast<char*>(static_cast<uintptr_t>(handle)) + offset, src, size);
+    if (size) std::memcpy(data_of(handle) + offset, src, size);
   });
 }
 
@@ -186,7 +222,7 @@ bp_error* buffer_read(bp_device*, uint64_t handle, uint64_t offset, void* dst, u
     sdk::check(offset <= h->size && size <= h->size - offset, BP_ERR_OUT_OF_RANGE,
                "buffer_read: range [" + std::to_string(offset) + ", +" + std::to_string(size) +
                    ") outside a buffer of " + std::to_string(h->size) + " bytes");
-    if (size) std::memcpy(dst, reinterpret_cast<const char*>(static_cast<uintptr_t>(handle)) + offset, size);
+    if (size) std::memcpy(dst, data_of(handle) + offset, size);
   });
 }
 
@@ -202,6 +238,7 @@ const bp_plugin_api* api() {
     x.buffer_free = buffer_free;
     x.buffer_write = buffer_write;
     x.buffer_read = buffer_read;
+    x.buffer_import_host = buffer_import_host;
     // No device_supports_kernel, begin, synchronize or infer_custom_op: every
     // kernel runs on the one device, synchronously, and there are no vendor ops.
     return x;

@@ -10,6 +10,12 @@
 //   backplane::Plan plan = rt->compile(g, dev);       // shapes, kernels, buffers
 //   auto out = plan.run({{"x", host_tensor}});        // reusable
 //
+// One graph across several devices: compile against an ordered list. Each
+// node goes to the first device of the list that can run it (pins in the
+// graph override), values that cross devices get transfer steps:
+//   auto plan = rt->compile(g, rt->select_devices("vulkan0,cpu"));
+//   std::cout << plan.explain();                     // who runs what, transfers
+//
 // Every error is a backplane::Error whose message names what was wrong (the
 // node, the op, the plugin). Nothing a plugin does can take the host down
 // short of memory corruption inside the plugin itself.
@@ -135,14 +141,16 @@ struct Node {
   std::string op;
   std::vector<std::string> inputs;  // "" = an absent optional input (null)
   Json params = Json::object();
+  std::string device;  // a pin: the device that must run this node ("" = placement decides)
 };
 
 class Graph {
  public:
   void input(const std::string& name, bp_dtype dtype, Shape shape);
   void constant(const std::string& name, HostTensor value);
+  // `device` pins the node to one device (a name Runtime::device accepts).
   void node(const std::string& name, const std::string& op, std::vector<std::string> inputs,
-            Json params = Json::object());
+            Json params = Json::object(), std::string device = "");
   void output(const std::string& name);
 
   struct Input {
@@ -183,6 +191,24 @@ struct KernelInfo {
   bool operator==(const KernelInfo&) const = default;
 };
 
+// A vendor op ("acme.swiglu") as a manifest declares it: its inputs, params
+// with defaults, output slots, and optionally a decomposition into standard
+// ops that the planner runs on devices lacking the op and the conformance
+// suite uses as the reference for the plugin's kernel.
+struct VendorOpInfo {
+  std::string op;
+  std::vector<std::string> inputs;
+  Json params = Json::object();      // every param the op takes, with its default
+  std::vector<std::string> outputs;  // slot names: one = a plain output, more = a bundle
+  // {"nodes": [...], "outputs": [...]} in graph-file syntax over `inputs`;
+  // a param value "$expr" is evaluated (params, X.shape[i], + - * /). Null
+  // when the manifest gives none.
+  Json decomposition;
+  std::vector<std::vector<Shape>> test_shapes;  // conformance cases: one shape per input
+  std::string tolerance = "reduction";          // OPS.md class: "elementwise" or "reduction"
+  bool has_decomposition() const { return decomposition.is_object(); }
+};
+
 struct PluginInfo {
   std::string name;
   std::string version;
@@ -190,10 +216,14 @@ struct PluginInfo {
   std::filesystem::path library_path;
   std::string abi_version;
   std::string device_kind;
+  // Every kind the plugin's devices may report (device_kind first); a Vulkan
+  // plugin's software rasteriser is a "cpu" device, a real GPU a "gpu".
+  std::vector<std::string> device_kinds;
   std::string description;
   PluginState state = PluginState::NotLoaded;
   std::string rejection;  // why, when Rejected
   std::vector<KernelInfo> kernels;
+  std::vector<VendorOpInfo> vendor_ops;
 };
 
 // Manifests (ARCHITECTURE.md). parse_manifest validates against the JSON
@@ -283,12 +313,26 @@ class Runtime {
   // (its first device), a kind ("gpu", "cpu"), or "auto" (BACKPLANE_DEVICE if
   // set, else the first GPU, else the CPU). Loads its plugin if needed.
   Device& device(const std::string& selector);
+  // An ordered device list: comma-separated selectors ("acme0,vulkan0,cpu"),
+  // duplicates dropped. "auto" (alone or inside a list) stands for every
+  // usable device in preference order: BACKPLANE_DEVICE's devices first if
+  // set, then GPUs, accelerators, and CPU-kind devices last (the CPU plugin
+  // before other CPU-kind devices), so a graph never lacks a kernel the CPU
+  // plugin has. A broken plugin is left out of "auto"; naming it is an error.
+  std::vector<Device*> select_devices(const std::string& list);
   // Every usable device (loads every plugin).
   std::vector<Device*> all_devices();
+  // Vendor ops declared by any manifest found (first declaration wins).
+  const VendorOpInfo* vendor_op(const std::string& op) const;
 
-  // Shape/dtype inference, kernel resolution, contiguize insertion, buffer
-  // planning. Throws Error naming the node.
+  // Shape/dtype inference, kernel resolution, placement, contiguize and
+  // transfer insertion, buffer planning. Throws Error naming the node.
   Plan compile(const Graph& graph, Device& device, const CompileOptions& options = {});
+  // The same over an ordered device list (see docs/host-guide.md): each node
+  // goes to the first device that can run it, pins win, cheap nodes stay with
+  // their neighbours when that moves fewer bytes, vendor ops no device has
+  // run as their decomposition.
+  Plan compile(const Graph& graph, const std::vector<Device*>& devices, const CompileOptions& options = {});
 
   // One op on host tensors (compiles a one-node graph; convenient, not fast).
   std::map<std::string, HostTensor> run_graph(const Graph& graph, Device& device,
@@ -322,8 +366,27 @@ class Plan {
   // set_input for each, execute, output for each graph output.
   std::map<std::string, HostTensor> run(const std::map<std::string, HostTensor>& inputs);
 
-  // Per-node description: name, op, kernel key, whether contiguize was inserted.
+  // Per-step description: name, op, kernel key and device, contiguous copies
+  // and transfers (with their bytes).
   std::vector<std::string> describe() const;
+  // The placement as text: each node's device and why, every transfer.
+  std::string explain() const;
+  // The same, as data.
+  struct Transfer {
+    std::string value;  // the graph value that crosses
+    std::string from, to;  // device names
+    uint64_t bytes = 0;    // bytes moved per run (0 when zero-copy)
+    bool zero_copy = false;  // the destination device reads the source's memory in place
+  };
+  std::vector<Transfer> transfers() const;
+  struct Placement {
+    std::string node, op, device;
+    std::string reason;  // "first device in the list that runs it", "pinned", ...
+  };
+  std::vector<Placement> placement() const;
+  // The devices the plan uses (runs a step on, or keeps a value on), in the
+  // order of first use.
+  std::vector<std::string> devices() const;
   // Device buffers the plan holds (after reuse by liveness) and their bytes.
   size_t buffer_count() const;
   uint64_t buffer_bytes() const;

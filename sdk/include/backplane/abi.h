@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_VERSION_MAJOR 1
-#define BP_ABI_VERSION_MINOR 0
+#define BP_ABI_VERSION_MINOR 1
 
 /* The one symbol every plugin exports (see bp_plugin_entry_fn). */
 #define BP_PLUGIN_ENTRY_SYMBOL "backplane_plugin_entry"
@@ -436,6 +436,18 @@ typedef struct bp_plugin_api {
   bp_error* (*infer_custom_op)(bp_string op, const bp_dtype* in_dtypes, const bp_layout* in_layouts,
                                size_t n_inputs, const bp_op_params* params, bp_dtype* out_dtype,
                                bp_layout* out_layout);
+
+  /* ABI 1.1. Optional (NULL = the device cannot): makes `size` bytes of host
+   * memory at `host_ptr` a buffer of this device without copying. The memory
+   * belongs to the host, which keeps it valid and unchanged-by-others until it
+   * calls buffer_free on the returned handle; buffer_free then releases the
+   * plugin's wrapper only, never the memory. `host_ptr` is aligned to the
+   * device's buffer_alignment. out_buffer->host_ptr must equal host_ptr. The
+   * host uses it to hand a value from one device to another that can address
+   * the same memory (the CPU reading a host-visible buffer), so nothing is
+   * copied. */
+  bp_error* (*buffer_import_host)(bp_device* device, void* host_ptr, uint64_t size,
+                                  bp_buffer* out_buffer);
 } bp_plugin_api;
 
 /* What the host asks the entry symbol. */

@@ -14,6 +14,7 @@
 #include <backplane/sdk/plugin.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -42,7 +43,8 @@ template <class Table> bp_plugin_api api_table(std::string_view name, std::strin
   return a;
 }
 
-// Buffers in host memory, aligned to Align bytes; the handle is the address.
+// Buffers in host memory, aligned to Align bytes; the handle is the address
+// (imported host memory: the address with the low bit set).
 // For devices whose bp_device_info says BP_MEMORY_HOST.
 template <size_t Align = 64> struct HostBuffers {
   static_assert(Align >= alignof(std::max_align_t) && (Align & (Align - 1)) == 0, "Align: a power of two");
@@ -60,19 +62,34 @@ template <size_t Align = 64> struct HostBuffers {
     out->size = size;
     return nullptr;
   }
-  static void free(bp_device*, uint64_t handle) noexcept { std::free(reinterpret_cast<void*>(handle)); }
+  // Handles of imported memory are tagged with the low bit (allocations are
+  // Align-aligned, so it is free): free() releases only what allocate() made.
+  static void free(bp_device*, uint64_t handle) noexcept {
+    if ((handle & 1u) == 0) std::free(reinterpret_cast<void*>(handle));
+  }
+  static bp_error* import_host(bp_device*, void* host_ptr, uint64_t size, bp_buffer* out) noexcept {
+    if (out == nullptr || host_ptr == nullptr) return make_error(BP_ERR_INVALID_ARGUMENT, "buffer_import_host: NULL pointer");
+    if (reinterpret_cast<uintptr_t>(host_ptr) % Align != 0)
+      return make_error(BP_ERR_INVALID_ARGUMENT, "buffer_import_host: memory not aligned to " + std::to_string(Align) + " bytes");
+    out->handle = reinterpret_cast<uint64_t>(host_ptr) | 1u;
+    out->host_ptr = host_ptr;
+    out->size = size;
+    return nullptr;
+  }
+  static char* base(uint64_t handle) noexcept { return reinterpret_cast<char*>(handle & ~uint64_t{1}); }
   static bp_error* write(bp_device*, uint64_t handle, uint64_t offset, const void* src, uint64_t n) noexcept {
     if (handle == 0 || (n != 0 && src == nullptr)) return make_error(BP_ERR_INVALID_ARGUMENT, "buffer_write: NULL buffer or source");
-    if (n) std::memcpy(reinterpret_cast<char*>(handle) + offset, src, n);
+    if (n) std::memcpy(base(handle) + offset, src, n);
     return nullptr;
   }
   static bp_error* read(bp_device*, uint64_t handle, uint64_t offset, void* dst, uint64_t n) noexcept {
     if (handle == 0 || (n != 0 && dst == nullptr)) return make_error(BP_ERR_INVALID_ARGUMENT, "buffer_read: NULL buffer or destination");
-    if (n) std::memcpy(dst, reinterpret_cast<const char*>(handle) + offset, n);
+    if (n) std::memcpy(dst, base(handle) + offset, n);
     return nullptr;
   }
-  // Sets the four buffer functions of `a`.
+  // Sets the buffer functions of `a` (import of host memory included).
   static void install(bp_plugin_api& a) {
+    a.buffer_import_host = import_host;
     a.buffer_allocate = allocate;
     a.buffer_free = free;
     a.buffer_write = write;
