@@ -101,6 +101,8 @@ int cmd_conformance(const Args& in) {
   const std::string compare = take_option(args, "--compare", "cpu");
   const bool quick = take_switch(args, "--quick");
   const bool quiet = take_switch(args, "--quiet");
+  const bool strict = take_switch(args, "--strict");
+  const std::string fallback = take_option(args, "--fallback");
   reject_leftovers(args);
   if (plugin_arg.empty()) throw Error("conformance needs --plugin NAME|MANIFEST");
 
@@ -140,10 +142,12 @@ int cmd_conformance(const Args& in) {
   } else {
     std::vector<Device*> devices;
     Device* reference = nullptr;
+    Device* fallback_device = nullptr;
     for (Device* d : rt->all_devices()) {
       if (d->plugin_name() == plugin_name) devices.push_back(d);
       if (d->name() == compare && d->plugin_name() != plugin_name) reference = d;
     }
+    if (!fallback.empty()) fallback_device = &rt->device(fallback);
     if (devices.empty()) {
       std::printf("  SKIPPED: plugin '%s' has no device available on this machine\n", plugin_name.c_str());
       report["skipped"] = "no device available";
@@ -153,6 +157,7 @@ int cmd_conformance(const Args& in) {
       opts.filter = filter;
       opts.large = !quick;
       opts.compare_device = reference;
+      opts.fallback_device = fallback_device;
       std::string last_op;
       if (!quiet)
         opts.progress = [&](const conformance::Progress& p) {
@@ -173,7 +178,11 @@ int cmd_conformance(const Args& in) {
       for (const auto* row : fails)
         std::printf("  FAILED %s [%s] %s: %s\n", row->op.c_str(), row->dtype_key.c_str(), row->layout.c_str(),
                     row->first_failure.c_str());
-      failures += !r.all_passed();
+      for (const auto& row : r.rows)
+        if (row.not_covered)
+          std::printf("  %s %s [%s]: %s\n", strict ? "FAILED (--strict)" : "UNVERIFIED", row.op.c_str(),
+                      row.dtype_key.c_str(), row.first_failure.c_str());
+      failures += !r.all_passed() || (strict && r.any_unverified());
       report["devices"].push_back(r.to_json());
     }
   }

@@ -68,7 +68,7 @@ int cmd_run(const Args& in) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  if (devices.size() == 1)
+  if (plan.devices().size() == 1)
     std::printf("ran %s on %s (%s): compile %.2f ms, run %.2f ms\n", graph_path.string().c_str(), used.c_str(),
                 devices.front()->description().c_str(), compile_ms, run_ms);
   else

@@ -54,8 +54,11 @@ commands:
                                         --explain shows where each node runs and every transfer
   demo [--device NAME|all]              the main job: a Mamba-style block on built-in data,
                                         on every device, cross-checked, timed
-  conformance --plugin NAME|MANIFEST [--json REPORT] [--filter OP]
-                                        the plugin conformance suite
+  conformance --plugin NAME|MANIFEST [--json REPORT] [--filter OP] [--quick]
+              [--compare DEVICE] [--fallback DEVICE] [--strict]
+                                        the plugin conformance suite; vendor ops are
+                                        checked against their manifest's decomposition;
+                                        --strict fails on unverified vendor ops
   bench [--device NAME] [--filter CASE] [--threads N]
                                         per-op timings
   manifest LIBRARY [--kind K] [--description D] [--out FILE] [--check MANIFEST]

@@ -47,7 +47,8 @@ void place(Lowered& l) {
     Device* d = n.candidates[0].device;
     if (n.pinned) n.reason = "pinned";
     else if (d == list.front()) n.reason = "first device of the list";
-    else n.reason = "first device of the list that runs it (" + list.front()->name() + " " + n.first_refusal + ")";
+    else n.reason = "first device of the list that runs it (" + list.front()->name() + " " +
+                    n.first_refusal.substr(0, n.first_refusal.find("; it offers:")) + ")";
   }
 
   // Bytes crossing devices around node i if it ran on d.

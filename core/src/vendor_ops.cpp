@@ -230,6 +230,13 @@ VendorOpInfo parse_vendor_op(const Json& j, const std::string& where_in) {
   for (auto it = op.params.begin(); it != op.params.end(); ++it)
     if (!is_identifier(it.key())) throw Error(where + ": param name '" + it.key() + "' is not an identifier");
   op.tolerance = j.value("tolerance", "reduction");
+  if (j.contains("test_params"))
+    for (const auto& p : j["test_params"]) op.test_params.push_back(p);
+  if (j.contains("test_range")) {
+    op.test_range[0] = j["test_range"][0].get<double>();
+    op.test_range[1] = j["test_range"][1].get<double>();
+    if (!(op.test_range[0] < op.test_range[1])) throw Error(where + ": test_range must be [lo, hi] with lo < hi");
+  }
   if (j.contains("test_shapes"))
     for (const auto& c : j["test_shapes"]) {
       if (c.size() != op.inputs.size())

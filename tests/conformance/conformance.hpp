@@ -44,6 +44,10 @@ struct Options {
   // Differential: also compare every result with this device's (the CPU
   // plugin, say), where it claims the same kernel. nullptr = references only.
   Device* compare_device = nullptr;
+  // Compile every case for the list {device, fallback}, with the op under
+  // test pinned to `device`: views, copies and slots the device cannot
+  // handle move to the fallback through transfers. nullptr = device alone.
+  Device* fallback_device = nullptr;
 };
 
 // One row per (op, dtype key, layout); error cases use layout "errors", the
@@ -58,7 +62,8 @@ struct ResultRow {
   double worst_abs = 0;
   double worst_ratio = 0;  // error as a fraction of OPS.md's tolerance
   std::string first_failure;
-  // A vendor op ("acme.x") the suite has no reference for: reported, not failed.
+  // A vendor op ("acme.x") with neither a decomposition in its manifest nor
+  // registered cases: reported as unverified, not failed (unless --strict).
   bool not_covered = false;
   bool ok() const { return not_covered || (cases > 0 && passed == cases); }
 };
@@ -77,6 +82,7 @@ struct Report {
   std::vector<ResultRow> rows;
 
   bool all_passed() const;
+  bool any_unverified() const;
   int64_t total_cases() const;
   int64_t total_passed() const;
   std::vector<const ResultRow*> failures() const;

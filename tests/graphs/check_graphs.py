@@ -109,11 +109,19 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--backplane", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--list", action="append", default=[],
+                    help="also run every graph on this device list (acme0,cpu); skipped unless every device is loaded")
     args = ap.parse_args()
     devs = devices(args.backplane)
     if not devs:
         print("no devices loaded")
         return 1
+    loaded = set(devs)
+    for lst in args.list:
+        if lst == "auto" or all(d in loaded for d in lst.split(",")):
+            devs.append(lst)
+        else:
+            print(f"skip the list {lst}: not every device is loaded here")
     failures = 0
     checks = 0
     for name, inputs, graph, expected, tol in cases():
@@ -124,12 +132,12 @@ def main():
         with open(os.path.join(folder, "graph.json"), "w") as f:
             json.dump(graph, f, indent=1)
         for dev in devs:
-            out_dir = os.path.join(folder, "out_" + dev)
+            out_dir = os.path.join(folder, "out_" + dev.replace(",", "_"))
             r = subprocess.run([args.backplane, "run", os.path.join(folder, "graph.json"), "--device", dev, "--out", out_dir],
                                capture_output=True, text=True)
             if r.returncode != 0:
                 # A device that lacks a kernel says so; that is not a wrong answer.
-                if "has no kernel" in r.stderr and dev != "cpu":
+                if "has no kernel" in r.stderr and "cpu" not in dev.split(","):
                     print(f"skip {name} on {dev}: {r.stderr.strip()}")
                     continue
                 print(f"FAIL {name} on {dev}: exit {r.returncode}: {r.stderr.strip()}")

@@ -205,6 +205,8 @@ struct VendorOpInfo {
   // when the manifest gives none.
   Json decomposition;
   std::vector<std::vector<Shape>> test_shapes;  // conformance cases: one shape per input
+  std::vector<Json> test_params;                // conformance: each shape with each of these (default: {})
+  double test_range[2] = {-2.0, 2.0};           // conformance: inputs drawn uniformly from [lo, hi)
   std::string tolerance = "reduction";          // OPS.md class: "elementwise" or "reduction"
   bool has_decomposition() const { return decomposition.is_object(); }
 };
