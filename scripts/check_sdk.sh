@@ -32,8 +32,34 @@ echo "== conformance: cpu, vulkan, acme =="
 "$bp" conformance --plugin cpu --quick --quiet --json "$OOT/cpu-conformance.json"
 "$bp" conformance --plugin vulkan --quick --quiet --json "$OOT/vulkan-conformance.json"
 export BACKPLANE_PLUGIN_PATH="$OOT/acme_plugin/plugins"
-"$bp" conformance --plugin acme --quiet --json "$OOT/acme-conformance.json"
+"$bp" conformance --plugin acme --quiet --strict --json "$OOT/acme-conformance.json"
 "$bp" run examples/acme_plugin/swiglu_graph.json --device acme0
+
+echo "== a graph acme covers only in part: acme0 with the CPU (and Vulkan) against the CPU alone =="
+"$bp" run examples/acme_plugin/mixed_graph.json --device cpu --out "$OOT/mixed_cpu" >/dev/null
+"$bp" run examples/acme_plugin/mixed_graph.json --device acme0,cpu --explain --out "$OOT/mixed_acme_cpu" | tee "$OOT/mixed_explain.txt"
+grep -q "h (acme.swiglu) *-> acme0" "$OOT/mixed_explain.txt"
+grep -q "s (softmax) *-> cpu" "$OOT/mixed_explain.txt"
+lists=("mixed_acme_cpu")
+if "$bp" devices --load | grep -q '^vulkan0'; then
+  "$bp" run examples/acme_plugin/mixed_graph.json --device acme0,vulkan0,cpu --explain --out "$OOT/mixed_acme_vulkan_cpu"
+  lists+=("mixed_acme_vulkan_cpu")
+fi
+for l in "${lists[@]}"; do
+  /usr/bin/python3 - "$OOT/mixed_cpu" "$OOT/$l" <<'PY'
+import os, sys
+import numpy as np
+ref, got = sys.argv[1], sys.argv[2]
+for name in sorted(os.listdir(ref)):
+    a, b = np.load(os.path.join(ref, name)), np.load(os.path.join(got, name))
+    assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape)
+    if a.dtype.kind == "f":
+        assert np.allclose(a, b, rtol=1e-4, atol=1e-6), (name, a, b)
+    else:
+        assert np.array_equal(a, b), (name, a, b)
+print(f"{os.path.basename(got)}: every output matches the CPU alone")
+PY
+done
 "$OOT/host_app/host_app"
 BACKPLANE_DEVICE=acme0 "$OOT/host_app/host_app" examples/acme_plugin/swiglu_graph.json | tee "$OOT/host_app.txt"
 grep -q "ran on device 'acme0'" "$OOT/host_app.txt"
@@ -46,6 +72,10 @@ set -e
 tail -5 "$OOT/broken.txt"
 if [ $rc -eq 0 ] || ! grep -q "FAILED add \[f32,f32->f32\]" "$OOT/broken.txt"; then
   echo "the conformance suite did not catch the broken add kernel" >&2
+  exit 1
+fi
+if ! grep -q "FAILED acme.swiglu \[f32->f32\] contiguous: .*reference: its decomposition" "$OOT/broken.txt"; then
+  echo "the conformance suite did not catch the broken acme.swiglu kernel through its decomposition" >&2
   exit 1
 fi
 echo "SDK checks passed"

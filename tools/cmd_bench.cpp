@@ -5,6 +5,7 @@
 // chain100_add_4K) are also run by backplane_vulkan_raw (bench/vulkan_raw.cpp,
 // installed beside this program) just before the plugin's own timing, and the
 // plugin's overhead is reported as the ratio plugin / raw.
+#include "bench_multidevice.hpp"
 #include "commands.hpp"
 #include "median_time.hpp"
 
@@ -266,7 +267,10 @@ int cmd_bench(const Args& in) {
   RuntimeOptions opts;
   opts.num_threads = threads;
   auto rt = Runtime::create(opts);
-  Device& dev = rt->device(device_name);
+  // A list: the cases run on its first device with the rest as fallback
+  // (each case compiles for the whole list), then the multi-device cases.
+  const std::vector<Device*> list = rt->select_devices(device_name);
+  Device& dev = *list.front();
   Json results = Json::array();
   if (!json) std::printf("device %s (%s), %u threads\n%-26s %12s %12s\n", dev.name().c_str(), dev.description().c_str(), rt->num_threads(), "case", "time", "rate");
   const RawVulkan raw(dev, min_time, json);
@@ -283,7 +287,7 @@ int cmd_bench(const Args& in) {
       }
     }
     try {
-      Plan plan = rt->compile(c.graph, dev);
+      Plan plan = rt->compile(c.graph, list);
       for (auto& [name, t] : c.inputs) plan.set_input(name, t);
       const double t = bench::median_seconds([&] { plan.execute(); }, min_time);
       std::string rate;
@@ -333,6 +337,10 @@ int cmd_bench(const Args& in) {
       else std::printf("%-26s failed: %s\n", c.name.c_str(), e.what());
     }
     std::fflush(stdout);
+  }
+  if (list.size() >= 2) {
+    if (!json) std::printf("\nacross %s and %s\n", list[0]->name().c_str(), list[1]->name().c_str());
+    bench_multidevice(*rt, list, filter, min_time, json, results);
   }
   if (json) std::cout << results.dump(2) << "\n";
   return 0;

@@ -40,10 +40,10 @@ int cmd_run(const Args& in) {
   const std::vector<Device*> devices = rt->select_devices(device_name);
   const auto t0 = std::chrono::steady_clock::now();
   Plan plan = rt->compile(gf.graph, devices);
+  const auto t1 = std::chrono::steady_clock::now();
   std::string used;
   for (const auto& d : plan.devices()) used += (used.empty() ? "" : ",") + d;
   if (explain && !json) std::printf("%s", plan.explain().c_str());
-  const auto t1 = std::chrono::steady_clock::now();
   auto outputs = plan.run(gf.inputs);
   const auto t2 = std::chrono::steady_clock::now();
   if (!out_dir.empty()) {
@@ -70,7 +70,7 @@ int cmd_run(const Args& in) {
   }
   if (plan.devices().size() == 1)
     std::printf("ran %s on %s (%s): compile %.2f ms, run %.2f ms\n", graph_path.string().c_str(), used.c_str(),
-                devices.front()->description().c_str(), compile_ms, run_ms);
+                rt->device(used).description().c_str(), compile_ms, run_ms);
   else
     std::printf("ran %s on %s: compile %.2f ms, run %.2f ms\n", graph_path.string().c_str(), used.c_str(), compile_ms, run_ms);
   for (const auto& [name, t] : outputs)

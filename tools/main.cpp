@@ -59,14 +59,18 @@ commands:
                                         the plugin conformance suite; vendor ops are
                                         checked against their manifest's decomposition;
                                         --strict fails on unverified vendor ops
-  bench [--device NAME] [--filter CASE] [--threads N]
-                                        per-op timings
+  bench [--device LIST] [--filter CASE] [--threads N] [--min-time S] [--json]
+                                        per-op timings on LIST's first device, the rest
+                                        as fallback; with two or more devices, also
+                                        transfers between the first two, a graph split
+                                        across them, and placement time
   manifest LIBRARY [--kind K] [--description D] [--out FILE] [--check MANIFEST]
                                         write a plugin's manifest from the built library
 
 environment:
   BACKPLANE_PLUGIN_PATH   extra folders of plugin manifests (colon-separated)
-  BACKPLANE_DEVICE        the device 'auto' picks
+  BACKPLANE_DEVICE        devices 'auto' puts first (comma-separated); where one
+                          device is picked, the first of them
   BACKPLANE_NUM_THREADS   host thread pool size
 )";
 

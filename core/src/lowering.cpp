@@ -249,7 +249,10 @@ class Lowerer {
     n.params.struct_size = sizeof(bp_op_params);
     n.params.kind = BP_PARAMS_CUSTOM;
     n.params.u.custom.json = {n.custom_json.data(), n.custom_json.size()};
-    if (api->infer_custom_op) {
+    // The ABI's inference gives one output: a multi-output op's slots come
+    // from its decomposition alone.
+    const bool multi = decl && decl->outputs.size() > 1;
+    if (api->infer_custom_op && !multi) {
       std::vector<bp_dtype> dts;
       std::vector<bp_layout> ls;
       for (const auto& [dt, shape] : in_types) {
@@ -283,6 +286,7 @@ class Lowerer {
     }
     n.key.push_back(types[0].dtype);
     find_candidates(n, with_kernel, slots, true, node.device);
+    if (with_kernel.front() != devs.front()) n.first_refusal = "has no " + node.op + " kernel";
     n.out_layout = Layout::contiguous(types[0].shape);
     emit_kernel_node(std::move(n), types, node.name);
   }
@@ -314,6 +318,8 @@ class Lowerer {
       throw Error(where + ": the name '" + node.name + "' is already used");
     // Slots of a vendor op that ran as its decomposition: plain values.
     if ((node.op == "view" || node.op == "view_owned") && node.inputs.size() == 1 && bundles_.count(node.inputs[0])) {
+      if (node.op == "view" && !node.device.empty())
+        throw Error(where + ": a view has no device of its own (it is read where its producer's bytes are); pin its producer or its consumers");
       const auto& outs = bundles_[node.inputs[0]];
       for (auto it = node.params.begin(); it != node.params.end(); ++it)
         if (it.key() != "slot") throw Error(where + ": unknown param '" + it.key() + "'");
@@ -385,7 +391,9 @@ class Lowerer {
         if (r.cls == OpClass::Slot) {
           add_value(node.name, s.dtype, s.shape, src.root, src.byte_offset + s.byte_offset, Layout::contiguous(s.shape));
         } else {
-          const int view = add_value("", s.dtype, s.shape, src.root, src.byte_offset + s.byte_offset, Layout::contiguous(s.shape));
+          // Named for messages and explain(): "t:slot1".
+          const int view = add_value(node.inputs[0] + ":slot" + std::to_string(r.slot), s.dtype, s.shape, src.root,
+                                     src.byte_offset + s.byte_offset, Layout::contiguous(s.shape));
           add_copy(node, where, view, Layout::contiguous(s.shape), node.name);
         }
         return;

@@ -12,6 +12,7 @@
 #include "runtime_impl.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <shared_mutex>
@@ -109,6 +110,9 @@ struct Plan::Impl {
   std::vector<std::string> description;
   std::vector<Plan::Placement> placement;
   std::vector<std::string> notes;
+  bool profile = false;
+  std::vector<double> step_seconds;
+  Plan::CompileStats stats;
 
   ~Impl() {
     // Zero-copy aliases before the memory they import.
@@ -282,7 +286,9 @@ class Builder {
       const PlanDevice& a = p_.devs[from];
       const PlanDevice& b = p_.devs[dev];
       if (a.host_addressable && b.plugin->api()->struct_size >= offsetof(bp_plugin_api, buffer_import_host) + sizeof(void*) &&
-          b.plugin->api()->buffer_import_host && a.align % b.align == 0 && st.src_offset % b.align == 0) {
+          b.plugin->api()->buffer_import_host && st.src_offset % b.align == 0) {
+        // (Whether the source buffer itself is aligned enough is known at
+        // allocation; a refused import falls back to a copy there.)
         st.zero_copy = true;
         p_.vbufs[vb].alias_of = src.vbuf;
         p_.vbufs[vb].alias_offset = st.src_offset;
@@ -596,13 +602,19 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices, c
   bool has_vendor_op = false;
   for (const auto& n : graph.nodes()) has_vendor_op = has_vendor_op || detail::is_custom_op(n.op);
   if (!has_vendor_op) infer_graph(graph);
+  const auto t0 = std::chrono::steady_clock::now();
   Lowered l = detail::lower(*this, graph, devices);
   detail::place(l);
+  const auto t1 = std::chrono::steady_clock::now();
   Plan plan;
   plan.impl_ = std::make_unique<Plan::Impl>();
   auto& p = *plan.impl_;
   p.poison = options.poison_outputs;
+  p.profile = options.profile;
   Builder(p, l).build();
+  p.step_seconds.assign(p.steps.size(), 0.0);
+  p.stats.placement_seconds = std::chrono::duration<double>(t1 - t0).count();
+  p.stats.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   for (auto& d : p.devs) d.ctx.host = &impl_->host;
   return plan;
 }
@@ -641,9 +653,11 @@ void Plan::execute() {
         p.devs[d].plugin->take_error(p.devs[d].plugin->api()->synchronize(p.devs[d].handle));
       }
   };
+  using Clock = std::chrono::steady_clock;
   try {
     for (size_t s = 0; s < p.steps.size(); ++s) {
       const Step& st = p.steps[s];
+      Clock::time_point started;
       if (st.transfer) {
         if (st.bytes == 0) continue;
         // The source must be complete; the destination's queued work must
@@ -651,6 +665,7 @@ void Plan::execute() {
         if (pending[st.src_dev]) sync_for_run(st.src_dev);
         if (st.zero_copy) continue;
         if (pending[st.dev]) sync_for_run(st.dev);
+        if (p.profile) started = Clock::now();
         Cell& src = p.cell_of(p.values[st.src_value]);
         Cell& dst = p.cell_of(p.values[st.output]);
         if (src.host_ptr) {
@@ -662,6 +677,7 @@ void Plan::execute() {
           p.read_bytes(src, st.src_offset, staging.data(), st.bytes);
           p.write_bytes(dst, st.dst_offset, staging.data(), st.bytes);
         }
+        if (p.profile) p.step_seconds[s] = std::chrono::duration<double>(Clock::now() - started).count();
         continue;
       }
       const PlanDevice& d = p.devs[st.dev];
@@ -685,7 +701,9 @@ void Plan::execute() {
       }
       auto ctx = d.ctx;
       ctx.kernel_index = static_cast<uint32_t>(st.kernel);
+      if (p.profile) started = Clock::now();
       bp_error* err = st.fn(&ctx, st.in_st.data(), st.in_st.size(), &st.out_st, 1, st.layouts.data(), &st.params);
+      if (p.profile) p.step_seconds[s] = std::chrono::duration<double>(Clock::now() - started).count();
       if (err) {
         const auto code = api->error_code(err);
         const std::string msg = d.plugin->take_error(err);
@@ -760,6 +778,18 @@ std::vector<Plan::Transfer> Plan::transfers() const {
   }
   return out;
 }
+
+std::vector<Plan::StepTime> Plan::profile() const {
+  std::vector<StepTime> out;
+  if (!impl_ || !impl_->profile) return out;
+  for (size_t s = 0; s < impl_->steps.size(); ++s) {
+    const Step& st = impl_->steps[s];
+    out.push_back({st.what, impl_->devs[st.dev].device->name(), st.transfer, impl_->step_seconds[s]});
+  }
+  return out;
+}
+
+Plan::CompileStats Plan::compile_stats() const { return impl_ ? impl_->stats : CompileStats{}; }
 
 std::vector<Plan::Placement> Plan::placement() const { return impl_ ? impl_->placement : std::vector<Placement>{}; }
 

@@ -315,7 +315,11 @@ Expansion expand_vendor_node(const VendorOpInfo& op, const Node& node,
     const std::string local = n["name"];
     sub.name = node.name + "/" + local;
     sub.op = n["op"];
-    sub.device = node.device;
+    // The vendor node's pin holds for every node of its decomposition that
+    // runs on a device; layout ops have no device of their own.
+    static const std::set<std::string> layout_ops = {"reshape", "permute", "transpose", "broadcast_to", "slice",
+                                                     "squeeze", "unsqueeze", "view"};
+    if (!layout_ops.count(sub.op)) sub.device = node.device;
     if (n.contains("inputs"))
       for (const auto& i : n["inputs"]) sub.inputs.push_back(i.is_null() ? std::string() : outer.at(i.get<std::string>()));
     try {

@@ -293,6 +293,11 @@ struct CompileOptions {
   // Fill every output buffer with a garbage pattern before each kernel, so a
   // kernel that leaves bytes unwritten is caught (conformance, tests).
   bool poison_outputs = false;
+  // Time every step of every run (Plan::profile). A kernel on an
+  // asynchronous device (Vulkan) is timed as it is enqueued; its device time
+  // shows in the synchronize that follows. A transfer is timed as it moves
+  // bytes, after the devices it waits for are synchronized.
+  bool profile = false;
 };
 
 class Runtime {
@@ -312,8 +317,9 @@ class Runtime {
   void load_all();
 
   // Selects a device: an exact device name ("cpu", "vulkan0"), a plugin name
-  // (its first device), a kind ("gpu", "cpu"), or "auto" (BACKPLANE_DEVICE if
-  // set, else the first GPU, else the CPU). Loads its plugin if needed.
+  // (its first device), a kind ("gpu", "accelerator", "cpu"), or "auto" (the
+  // first device of BACKPLANE_DEVICE if set, else the first GPU, else the
+  // first accelerator, else the CPU). Loads its plugin if needed.
   Device& device(const std::string& selector);
   // An ordered device list: comma-separated selectors ("acme0,vulkan0,cpu"),
   // duplicates dropped. "auto" (alone or inside a list) stands for every
@@ -386,6 +392,21 @@ class Plan {
     std::string reason;  // "first device in the list that runs it", "pinned", ...
   };
   std::vector<Placement> placement() const;
+  // With CompileOptions::profile: each step of the last run and its seconds.
+  struct StepTime {
+    std::string what;
+    std::string device;
+    bool transfer = false;
+    double seconds = 0;
+  };
+  std::vector<StepTime> profile() const;
+  // How long compile() took to place the graph (lowering, kernel lookup,
+  // placement) and to build the plan (transfers, buffers, allocation).
+  struct CompileStats {
+    double placement_seconds = 0;
+    double build_seconds = 0;
+  };
+  CompileStats compile_stats() const;
   // The devices the plan uses (runs a step on, or keeps a value on), in the
   // order of first use.
   std::vector<std::string> devices() const;
