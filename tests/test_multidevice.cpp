@@ -2,9 +2,7 @@
 // host memory, f32 add/mul/relu/exp/contiguous and vendor ops with
 // decompositions) beside the CPU and Vulkan plugins.
 #include <backplane/backplane.hpp>
-
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <random>
 
@@ -118,7 +116,8 @@ TEST_CASE("a single device is a list of one and behaves as before", "[multidevic
     rt->compile(chain_graph(), rt->device("partial0"));
     FAIL("partial0 alone has no softmax");
   } catch (const Error& e) {
-    CHECK_THAT(e.what(), Catch::Contains("node 's' (softmax): device 'partial0' has no kernel softmax(f32) -> f32"));
+    CHECK_THAT(e.what(),
+               Catch::Contains("node 's' (softmax): device 'partial0' has no kernel softmax(f32) -> f32"));
     CHECK(e.code() == BP_ERR_UNIMPLEMENTED);
   }
 }
@@ -161,7 +160,10 @@ TEST_CASE("pins are honoured, and a pin that cannot run its node is an error", "
     rt->compile(bad, rt->select_devices("cpu"));
     FAIL("the pin cannot run softmax");
   } catch (const Error& e) {
-    CHECK_THAT(e.what(), Catch::Contains("node 's' (softmax) is pinned to device 'partial0', which has no kernel softmax(f32) -> f32"));
+    CHECK_THAT(
+        e.what(),
+        Catch::Contains(
+            "node 's' (softmax) is pinned to device 'partial0', which has no kernel softmax(f32) -> f32"));
     CHECK_THAT(e.what(), Catch::Contains("it offers:"));
   }
   Graph unknown;
@@ -169,12 +171,14 @@ TEST_CASE("pins are honoured, and a pin that cannot run its node is an error", "
   unknown.node("r", "relu", {"x"}, {}, "nosuchdevice");
   unknown.output("r");
   CHECK_THROWS_WITH(rt->compile(unknown, rt->select_devices("cpu")),
-                    Catch::Contains("node 'r' (relu) is pinned to device 'nosuchdevice'") && Catch::Contains("no device matches"));
+                    Catch::Contains("node 'r' (relu) is pinned to device 'nosuchdevice'") &&
+                        Catch::Contains("no device matches"));
   Graph view_pin;
   view_pin.input("x", BP_DTYPE_F32, {2, 3});
   view_pin.node("t", "transpose", {"x"}, {{"dim0", 0}, {"dim1", 1}}, "cpu");
   view_pin.output("t");
-  CHECK_THROWS_WITH(rt->compile(view_pin, rt->select_devices("cpu")), Catch::Contains("a view has no device of its own"));
+  CHECK_THROWS_WITH(rt->compile(view_pin, rt->select_devices("cpu")),
+                    Catch::Contains("a view has no device of its own"));
 }
 
 TEST_CASE("graph files pin nodes with \"device\"", "[multidevice]") {
@@ -183,7 +187,8 @@ TEST_CASE("graph files pin nodes with \"device\"", "[multidevice]") {
   const GraphFile gf = parse_graph_json(j, ".");
   REQUIRE(gf.graph.nodes().size() == 1);
   CHECK(gf.graph.nodes()[0].device == "cpu");
-  const Json bad = Json::parse(R"({"nodes": [{"name": "r", "op": "relu", "inputs": [], "device": 3}], "outputs": []})");
+  const Json bad =
+      Json::parse(R"({"nodes": [{"name": "r", "op": "relu", "inputs": [], "device": 3}], "outputs": []})");
   CHECK_THROWS_WITH(parse_graph_json(bad, "."), Catch::Contains("node 'r': 'device' must be a device name"));
 }
 
@@ -244,7 +249,9 @@ TEST_CASE("a value read on another device crosses once; copies are counted in by
   const bool mapped = t[1].zero_copy;
   CHECK(t[1].bytes == (mapped ? 0u : 64u * 16 * 4));
   bool described = false;
-  for (const auto& line : p.describe()) described = described || line.find("transfer 'y' from cpu to " + vk->name() + ": 4096 bytes") != std::string::npos;
+  for (const auto& line : p.describe())
+    described = described ||
+                line.find("transfer 'y' from cpu to " + vk->name() + ": 4096 bytes") != std::string::npos;
   CHECK(described);
   const std::map<std::string, HostTensor> in = {{"x", random_f32({64, 16}, 6)}};
   const auto want = rt->compile(g, rt->device("cpu")).run(in);
@@ -256,12 +263,12 @@ TEST_CASE("bundles are read across devices through view and view_owned", "[multi
   auto rt = runtime_with("partial");
   Graph g;
   g.input("x", BP_DTYPE_F32, {6, 10});
-  g.node("e", "exp", {"x"});                              // partial0
-  g.node("t", "topk", {"e"}, {{"k", 3}, {"dim", -1}});    // cpu (partial0 lacks it)
+  g.node("e", "exp", {"x"});                            // partial0
+  g.node("t", "topk", {"e"}, {{"k", 3}, {"dim", -1}});  // cpu (partial0 lacks it)
   g.node("v", "view", {"t"}, {{"slot", 0}});
-  g.node("r", "relu", {"v"});                             // partial0 reads slot 0
+  g.node("r", "relu", {"v"});  // partial0 reads slot 0
   g.node("r2", "add", {"r", "r"});
-  g.node("i", "view_owned", {"t"}, {{"slot", 1}});        // i64: only the cpu copies it
+  g.node("i", "view_owned", {"t"}, {{"slot", 1}});  // i64: only the cpu copies it
   g.node("vm", "var_mean", {"r2"}, {{"dims", {-1}}});
   g.node("var", "view", {"vm"}, {{"slot", 0}});
   g.node("mean", "view_owned", {"vm"}, {{"slot", 1}});
@@ -331,6 +338,7 @@ TEST_CASE("a vendor op runs its kernel where a device has it, its decomposition 
   none.input("x", BP_DTYPE_F32, {2});
   none.node("y", "nobody.op", {"x"});
   none.output("y");
-  CHECK_THROWS_WITH(rt->compile(none, rt->select_devices("partial0,cpu")),
-                    Catch::Contains("no device of the list (partial0, cpu) has a kernel for the vendor op 'nobody.op'"));
+  CHECK_THROWS_WITH(
+      rt->compile(none, rt->select_devices("partial0,cpu")),
+      Catch::Contains("no device of the list (partial0, cpu) has a kernel for the vendor op 'nobody.op'"));
 }

@@ -7,8 +7,6 @@
 //   place_10000          placement of a 10,000-node graph on the list
 #include "bench_multidevice.hpp"
 
-#include "median_time.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +14,8 @@
 #include <cstring>
 #include <memory>
 #include <random>
+
+#include "median_time.hpp"
 
 namespace backplane::cli {
 
@@ -38,7 +38,8 @@ double median(std::vector<double> v) {
 double transfer_seconds(Plan& plan, double min_time) {
   std::vector<double> times;
   const auto start = std::chrono::steady_clock::now();
-  while (times.size() < 5 || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < min_time) {
+  while (times.size() < 5 ||
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < min_time) {
     plan.execute();
     for (const auto& st : plan.profile())
       if (st.transfer) times.push_back(st.seconds);
@@ -51,8 +52,10 @@ struct Printer {
   bool json;
   Json* results;
   void row(const std::string& name, const std::string& value, const std::string& note, Json record) {
-    if (json) results->push_back(std::move(record));
-    else std::printf("%-26s %12s %s\n", name.c_str(), value.c_str(), note.c_str());
+    if (json)
+      results->push_back(std::move(record));
+    else
+      std::printf("%-26s %12s %s\n", name.c_str(), value.c_str(), note.c_str());
     std::fflush(stdout);
   }
 };
@@ -78,20 +81,28 @@ void bench_transfer(Runtime& rt, Device& a, Device& b, double min_time, Printer&
   plan.set_input("x", ramp(shape));
   const auto t = plan.transfers();
   // memcpy of the same bytes in the same run: the roof for a host copy.
-  std::unique_ptr<char[]> src(new char[static_cast<size_t>(bytes)]), dst(new char[static_cast<size_t>(bytes)]);
+  std::unique_ptr<char[]> src(new char[static_cast<size_t>(bytes)]),
+      dst(new char[static_cast<size_t>(bytes)]);
   std::memset(src.get(), 1, static_cast<size_t>(bytes));
   std::memset(dst.get(), 0, static_cast<size_t>(bytes));
-  const double mc = bench::median_seconds([&] { std::memcpy(dst.get(), src.get(), static_cast<size_t>(bytes)); }, min_time);
+  const double mc =
+      bench::median_seconds([&] { std::memcpy(dst.get(), src.get(), static_cast<size_t>(bytes)); }, min_time);
   if (!t.empty() && t[0].zero_copy) {
     plan.execute();
-    out.row(name, "zero-copy", "(" + b.name() + " reads " + a.name() + "'s memory in place; memcpy " + fmt("%.1f GB/s", bytes / mc / 1e9) + ")",
+    out.row(name, "zero-copy",
+            "(" + b.name() + " reads " + a.name() + "'s memory in place; memcpy " +
+                fmt("%.1f GB/s", bytes / mc / 1e9) + ")",
             {{"case", name}, {"zero_copy", true}, {"memcpy_gbps", bytes / mc / 1e9}});
     return;
   }
   const double s = transfer_seconds(plan, min_time);
   out.row(name, fmt("%.1f GB/s", bytes / s / 1e9),
           "memcpy " + fmt("%.1f GB/s", bytes / mc / 1e9) + ", transfer/memcpy time " + fmt("%.2f", s / mc),
-          {{"case", name}, {"seconds", s}, {"gbps", bytes / s / 1e9}, {"memcpy_seconds", mc}, {"memcpy_gbps", bytes / mc / 1e9}});
+          {{"case", name},
+           {"seconds", s},
+           {"gbps", bytes / s / 1e9},
+           {"memcpy_seconds", mc},
+           {"memcpy_gbps", bytes / mc / 1e9}});
 }
 
 // Ten elementwise nodes starting from `in`, all pinned to `dev`.
@@ -99,8 +110,10 @@ std::string segment(Graph& g, const std::string& in, const std::string& prefix, 
   std::string cur = in;
   for (int i = 0; i < 10; ++i) {
     const std::string n = prefix + std::to_string(i);
-    if (i % 2 == 0) g.node(n, "add", {cur, "c"}, {}, dev);
-    else g.node(n, "mul", {cur, "k"}, {}, dev);
+    if (i % 2 == 0)
+      g.node(n, "add", {cur, "c"}, {}, dev);
+    else
+      g.node(n, "mul", {cur, "k"}, {}, dev);
     cur = n;
   }
   return cur;
@@ -133,8 +146,12 @@ void bench_split(Runtime& rt, Device& a, Device& b, double min_time, Printer& ou
     parts += bench::median_seconds([&] { pp.execute(); }, min_time);
   }
   const std::string name = "split3_" + a.name() + "_" + b.name() + "_" + a.name();
-  out.row(name, fmt("%.3f ms", tw * 1e3), "sum of the parts alone " + fmt("%.3f ms", parts * 1e3) + ", ratio " + fmt("%.2f", tw / parts),
-          {{"case", name}, {"seconds", tw}, {"parts_seconds", parts}, {"ratio", tw / parts},
+  out.row(name, fmt("%.3f ms", tw * 1e3),
+          "sum of the parts alone " + fmt("%.3f ms", parts * 1e3) + ", ratio " + fmt("%.2f", tw / parts),
+          {{"case", name},
+           {"seconds", tw},
+           {"parts_seconds", parts},
+           {"ratio", tw / parts},
            {"transfers", wp.transfers().size()}});
 }
 
@@ -146,9 +163,12 @@ void bench_placement(Runtime& rt, const std::vector<Device*>& list, Printer& out
   std::string cur = "x";
   for (int i = 0; i < 10000; ++i) {
     const std::string n = "n" + std::to_string(i);
-    if (i % 7 == 6) g.node(n, "softmax", {cur}, {{"dim", 0}});
-    else if (i % 2) g.node(n, "relu", {cur});
-    else g.node(n, "add", {cur, "x"});
+    if (i % 7 == 6)
+      g.node(n, "softmax", {cur}, {{"dim", 0}});
+    else if (i % 2)
+      g.node(n, "relu", {cur});
+    else
+      g.node(n, "add", {cur, "x"});
     cur = n;
   }
   g.output(cur);
@@ -163,16 +183,20 @@ void bench_placement(Runtime& rt, const std::vector<Device*>& list, Printer& out
   out.row("place_10000", fmt("%.2f ms", median(place) * 1e3),
           "lowering + placement; building the plan " + fmt("%.2f ms", median(build) * 1e3) + ", " +
               std::to_string(transfers) + " transfers",
-          {{"case", "place_10000"}, {"placement_seconds", median(place)}, {"build_seconds", median(build)},
+          {{"case", "place_10000"},
+           {"placement_seconds", median(place)},
+           {"build_seconds", median(build)},
            {"transfers", transfers}});
 }
 
 }  // namespace
 
-void bench_multidevice(Runtime& rt, const std::vector<Device*>& list, const std::string& filter, double min_time,
-                       bool json, Json& results) {
+void bench_multidevice(Runtime& rt, const std::vector<Device*>& list, const std::string& filter,
+                       double min_time, bool json, Json& results) {
   Printer out{json, &results};
-  auto wanted = [&](const std::string& name) { return filter.empty() || name.find(filter) != std::string::npos; };
+  auto wanted = [&](const std::string& name) {
+    return filter.empty() || name.find(filter) != std::string::npos;
+  };
   auto guarded = [&](const std::string& name, const std::function<void()>& f) {
     if (!wanted(name)) return;
     try {
@@ -185,7 +209,8 @@ void bench_multidevice(Runtime& rt, const std::vector<Device*>& list, const std:
   Device& b = *list[1];
   guarded("transfer_64M_" + a.name() + "_to_" + b.name(), [&] { bench_transfer(rt, a, b, min_time, out); });
   guarded("transfer_64M_" + b.name() + "_to_" + a.name(), [&] { bench_transfer(rt, b, a, min_time, out); });
-  guarded("split3_" + a.name() + "_" + b.name() + "_" + a.name(), [&] { bench_split(rt, a, b, min_time, out); });
+  guarded("split3_" + a.name() + "_" + b.name() + "_" + a.name(),
+          [&] { bench_split(rt, a, b, min_time, out); });
   guarded("place_10000", [&] { bench_placement(rt, list, out); });
 }
 

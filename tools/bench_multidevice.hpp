@@ -2,7 +2,6 @@
 #pragma once
 
 #include <backplane/backplane.hpp>
-
 #include <string>
 #include <vector>
 
@@ -10,7 +9,7 @@ namespace backplane::cli {
 
 // Appends its records to `results` with --json, else prints table rows.
 // `list` holds at least two devices; the first two are measured.
-void bench_multidevice(Runtime& rt, const std::vector<Device*>& list, const std::string& filter, double min_time,
-                       bool json, Json& results);
+void bench_multidevice(Runtime& rt, const std::vector<Device*>& list, const std::string& filter,
+                       double min_time, bool json, Json& results);
 
 }  // namespace backplane::cli

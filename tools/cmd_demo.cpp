@@ -1,14 +1,13 @@
 // The main job: a small Mamba-style block (projections, softplus, the
 // selective scan, a SiLU gate, top-k over the result) on built-in data, run on
 // every device found, cross-checked against the first device, and timed.
-#include "commands.hpp"
-
 #include <backplane/backplane.hpp>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
+
+#include "commands.hpp"
 
 namespace backplane::cli {
 
@@ -62,6 +61,23 @@ double worst_error(const HostTensor& a, const HostTensor& b) {
   return worst;
 }
 
+// Prints how `out` compares with the reference run and whether they agree.
+bool agrees(std::map<std::string, HostTensor>& out, std::map<std::string, HostTensor>& reference,
+            const std::string& reference_device) {
+  double worst = 0;
+  for (const char* name : {"out", "state", "top_values"})
+    worst = std::max(worst, worst_error(out[name], reference[name]));
+  int64_t index_mismatch = 0;
+  const auto& idx = out["top_indices"];
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    index_mismatch += idx.get_int(i) != reference["top_indices"].get_int(i);
+  const bool ok = worst <= 1e-3 && index_mismatch == 0;
+  std::printf("          vs %s: worst relative error %.2e, %lld of %lld top-k indices differ -> %s\n",
+              reference_device.c_str(), worst, static_cast<long long>(index_mismatch),
+              static_cast<long long>(idx.numel()), ok ? "agree" : "DISAGREE");
+  return ok;
+}
+
 }  // namespace
 
 int cmd_demo(const Args& in) {
@@ -76,16 +92,20 @@ int cmd_demo(const Args& in) {
 
   auto rt = Runtime::create();
   std::vector<Device*> devices;
-  if (only == "all") devices = rt->all_devices();
-  else devices.push_back(&rt->device(only));
+  if (only == "all")
+    devices = rt->all_devices();
+  else
+    devices.push_back(&rt->device(only));
   for (const auto& p : rt->plugins())
-    if (p.state == PluginState::Rejected) std::printf("plugin %s rejected: %s\n", p.name.c_str(), p.rejection.c_str());
+    if (p.state == PluginState::Rejected)
+      std::printf("plugin %s rejected: %s\n", p.name.c_str(), p.rejection.c_str());
   if (devices.empty()) throw Error("no devices found (is BACKPLANE_PLUGIN_PATH set?)");
 
-  std::printf("Backplane demo: a Mamba-style block (B=%lld L=%lld D=%lld N=%lld): matmul, softplus, selective_scan,\n"
-              "silu gate, topk(k=4) -- on %zu device(s), %u host threads\n\n",
-              static_cast<long long>(B), static_cast<long long>(L), static_cast<long long>(D), static_cast<long long>(N),
-              devices.size(), rt->num_threads());
+  std::printf(
+      "Backplane demo: a Mamba-style block (B=%lld L=%lld D=%lld N=%lld): matmul, softplus, selective_scan,\n"
+      "silu gate, topk(k=4) -- on %zu device(s), %u host threads\n\n",
+      static_cast<long long>(B), static_cast<long long>(L), static_cast<long long>(D),
+      static_cast<long long>(N), devices.size(), rt->num_threads());
   std::map<std::string, HostTensor> reference;
   std::string reference_device;
   int failures = 0;
@@ -100,28 +120,66 @@ int cmd_demo(const Args& in) {
       for (int i = 0; i < iters; ++i) plan.execute();
       const auto t3 = std::chrono::steady_clock::now();
       using ms = std::chrono::duration<double, std::milli>;
-      std::printf("          compile %.2f ms, first run %.2f ms, then %.3f ms per run (%d runs of a reused plan)\n",
-                  ms(t1 - t0).count(), ms(t2 - t1).count(), ms(t3 - t2).count() / iters, iters);
+      std::printf(
+          "          compile %.2f ms, first run %.2f ms, then %.3f ms per run (%d runs of a reused plan)\n",
+          ms(t1 - t0).count(), ms(t2 - t1).count(), ms(t3 - t2).count() / iters, iters);
       const auto& vals = out["top_values"];
       const auto& idx = out["top_indices"];
-      std::printf("          top-4 of the last step of batch 0: values [%.4f %.4f %.4f %.4f] at channels [%lld %lld %lld %lld]\n",
-                  vals.get((L - 1) * 4 + 0), vals.get((L - 1) * 4 + 1), vals.get((L - 1) * 4 + 2), vals.get((L - 1) * 4 + 3),
-                  static_cast<long long>(idx.get_int((L - 1) * 4 + 0)), static_cast<long long>(idx.get_int((L - 1) * 4 + 1)),
-                  static_cast<long long>(idx.get_int((L - 1) * 4 + 2)), static_cast<long long>(idx.get_int((L - 1) * 4 + 3)));
+      std::printf(
+          "          top-4 of the last step of batch 0: values [%.4f %.4f %.4f %.4f] at channels [%lld %lld "
+          "%lld %lld]\n",
+          vals.get((L - 1) * 4 + 0), vals.get((L - 1) * 4 + 1), vals.get((L - 1) * 4 + 2),
+          vals.get((L - 1) * 4 + 3), static_cast<long long>(idx.get_int((L - 1) * 4 + 0)),
+          static_cast<long long>(idx.get_int((L - 1) * 4 + 1)),
+          static_cast<long long>(idx.get_int((L - 1) * 4 + 2)),
+          static_cast<long long>(idx.get_int((L - 1) * 4 + 3)));
       if (reference.empty()) {
         reference = out;
         reference_device = dev->name();
       } else {
-        double worst = 0;
-        for (const char* name : {"out", "state", "top_values"}) worst = std::max(worst, worst_error(out[name], reference[name]));
-        int64_t index_mismatch = 0;
-        for (int64_t i = 0; i < idx.numel(); ++i) index_mismatch += idx.get_int(i) != reference["top_indices"].get_int(i);
-        const bool ok = worst <= 1e-3 && index_mismatch == 0;
-        std::printf("          vs %s: worst relative error %.2e, %lld of %lld top-k indices differ -> %s\n",
-                    reference_device.c_str(), worst, static_cast<long long>(index_mismatch),
-                    static_cast<long long>(idx.numel()), ok ? "agree" : "DISAGREE");
-        failures += !ok;
+        failures += !agrees(out, reference, reference_device);
       }
+    } catch (const std::exception& e) {
+      std::printf("          FAILED: %s\n", e.what());
+      ++failures;
+    }
+  }
+  // One graph across the devices: the scan pinned to the second device, the
+  // rest placed on the list (every device, preference order).
+  if (only == "all" && devices.size() >= 2 && !reference.empty()) {
+    const std::vector<Device*> list = rt->select_devices("auto");
+    Device* scan_dev = list.size() >= 2 ? list[1] : list[0];
+    Graph split;
+    for (const auto& in : graph.inputs()) {
+      if (in.constant)
+        split.constant(in.name, *in.constant);
+      else
+        split.input(in.name, in.dtype, in.shape);
+    }
+    for (const auto& n : graph.nodes())
+      split.node(n.name, n.op, n.inputs, n.params, n.op == "selective_scan" ? scan_dev->name() : "");
+    for (const auto& o : graph.outputs()) split.output(o);
+    std::string names;
+    for (auto* d : list) names += (names.empty() ? "" : ",") + d->name();
+    std::printf("%-9s one graph on the list %s, selective_scan pinned to %s\n", "split", names.c_str(),
+                scan_dev->name().c_str());
+    try {
+      Plan plan = rt->compile(split, list);
+      auto out = plan.run({{"x", x}});
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) plan.execute();
+      const double per_run =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+      uint64_t bytes = 0;
+      size_t zero_copy = 0;
+      const auto transfers = plan.transfers();
+      for (const auto& t : transfers) bytes += t.bytes, zero_copy += t.zero_copy;
+      std::string where;
+      for (const auto& pl : plan.placement()) where += " " + pl.node + "@" + pl.device;
+      std::printf("          placement:%s\n", where.c_str());
+      std::printf("          %zu transfers (%zu zero-copy), %llu bytes moved per run; %.3f ms per run\n",
+                  transfers.size(), zero_copy, static_cast<unsigned long long>(bytes), per_run);
+      failures += !agrees(out, reference, reference_device);
     } catch (const std::exception& e) {
       std::printf("          FAILED: %s\n", e.what());
       ++failures;

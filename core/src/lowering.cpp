@@ -2,9 +2,9 @@
 // candidate devices (see lowering.hpp).
 #include "lowering.hpp"
 
-#include "vendor_ops.hpp"
-
 #include <algorithm>
+
+#include "vendor_ops.hpp"
 
 namespace backplane::detail {
 
@@ -43,18 +43,23 @@ class Lowerer {
       if (l_.by_name.count(in.name)) throw Error("graph input '" + in.name + "' is defined twice");
       const int r = new_root(nbytes(in.dtype, in.shape), -1);
       const int v = add_value(in.name, in.dtype, in.shape, r, 0, Layout::contiguous(in.shape));
-      if (in.constant) l_.constants.push_back({v, &*in.constant});
-      else l_.inputs.push_back({in.name, v});
+      if (in.constant)
+        l_.constants.push_back({v, &*in.constant});
+      else
+        l_.inputs.push_back({in.name, v});
     }
     for (const auto& node : g_.nodes()) lower_node(node);
     for (const auto& out : g_.outputs()) {
       if (bundles_.count(out))
-        throw Error("graph output '" + out + "' is a multi-output bundle; output its slots through 'view' or 'view_owned'");
+        throw Error("graph output '" + out +
+                    "' is a multi-output bundle; output its slots through 'view' or 'view_owned'");
       auto it = l_.by_name.find(out);
-      if (it == l_.by_name.end()) throw Error("graph output '" + out + "' is not an input or a node of the graph");
+      if (it == l_.by_name.end())
+        throw Error("graph output '" + out + "' is not an input or a node of the graph");
       const LValue& v = l_.values[it->second];
       if (!v.slots.empty())
-        throw Error("graph output '" + out + "' is a multi-output bundle; output its slots through 'view' or 'view_owned'");
+        throw Error("graph output '" + out +
+                    "' is a multi-output bundle; output its slots through 'view' or 'view_owned'");
       l_.roots[v.root].output = true;
       l_.outputs.push_back(out);
     }
@@ -67,7 +72,8 @@ class Lowerer {
     return static_cast<int>(l_.roots.size()) - 1;
   }
 
-  int add_value(const std::string& name, bp_dtype dtype, Shape shape, int root, uint64_t byte_offset, Layout layout) {
+  int add_value(const std::string& name, bp_dtype dtype, Shape shape, int root, uint64_t byte_offset,
+                Layout layout) {
     LValue v;
     v.name = name;
     v.dtype = dtype;
@@ -109,8 +115,8 @@ class Lowerer {
       return "has a kernel that takes " + std::to_string(desc.n_inputs) + " inputs, the node gives " +
              std::to_string(n.inputs.size());
     if (desc.bundle_slots != bundle_slots)
-      return "has a kernel that declares " + std::to_string(desc.bundle_slots) + " bundle slots, the op has " +
-             std::to_string(bundle_slots);
+      return "has a kernel that declares " + std::to_string(desc.bundle_slots) +
+             " bundle slots, the op has " + std::to_string(bundle_slots);
     c.device = dev;
     c.kernel = k;
     c.contiguize.assign(n.inputs.size(), 0);
@@ -121,8 +127,8 @@ class Lowerer {
       const bp_dtype dt = l_.values[n.inputs[i]].dtype;
       const int kc = plugin.find_kernel("contiguous", {dt, dt});
       if (kc < 0 || !DeviceAccess::supports(*dev, kc))
-        return "needs input " + std::to_string(i) + " dense and has no kernel " + signature("contiguous", {dt, dt}) +
-               " to copy it so";
+        return "needs input " + std::to_string(i) + " dense and has no kernel " +
+               signature("contiguous", {dt, dt}) + " to copy it so";
       if (plugin.api()->kernels[kc].input_layouts[0] != BP_LAYOUT_STRIDED)
         return "has a contiguous kernel that itself needs contiguous input";
       c.contiguize[i] = 1;
@@ -137,14 +143,18 @@ class Lowerer {
     for (Device* d : devs) {
       Candidate c;
       std::string why = try_device(d, n, bundle_slots, variadic_ok, c);
-      if (why.empty()) n.candidates.push_back(std::move(c));
-      else refusals.emplace_back(d, std::move(why));
+      if (why.empty())
+        n.candidates.push_back(std::move(c));
+      else
+        refusals.emplace_back(d, std::move(why));
     }
-    if (!refusals.empty() && refusals.front().first == devs.front()) n.first_refusal = refusals.front().second;
+    if (!refusals.empty() && refusals.front().first == devs.front())
+      n.first_refusal = refusals.front().second;
     if (!n.candidates.empty()) return;
     if (!pin.empty())
-      throw Error(n.where + " is pinned to device '" + devs.front()->name() + "', which " + refusals.front().second,
-                  BP_ERR_UNIMPLEMENTED);
+      throw Error(
+          n.where + " is pinned to device '" + devs.front()->name() + "', which " + refusals.front().second,
+          BP_ERR_UNIMPLEMENTED);
     if (refusals.size() == 1)
       throw Error(n.where + ": device '" + refusals.front().first->name() + "' " + refusals.front().second,
                   BP_ERR_UNIMPLEMENTED);
@@ -154,7 +164,8 @@ class Lowerer {
   }
 
   // A contiguous copy of value `src` (seen through `layout`) into new bytes.
-  int add_copy(const Node& node, const std::string& where, int src, const Layout& layout, const std::string& name) {
+  int add_copy(const Node& node, const std::string& where, int src, const Layout& layout,
+               const std::string& name) {
     const LValue& s = l_.values[src];
     const bp_dtype dt = s.dtype;
     LNode n;
@@ -217,8 +228,9 @@ class Lowerer {
       if (!decl || !decl->has_decomposition()) {
         std::string names;
         for (auto* d : devs) names += (names.empty() ? "" : ", ") + d->name();
-        throw Error(where + ": no device of the list (" + names + ") has a kernel for the vendor op '" + node.op +
-                        "', and " + (decl ? "its manifest gives no decomposition" : "no manifest declares it"),
+        throw Error(where + ": no device of the list (" + names + ") has a kernel for the vendor op '" +
+                        node.op + "', and " +
+                        (decl ? "its manifest gives no decomposition" : "no manifest declares it"),
                     BP_ERR_UNIMPLEMENTED);
       }
       const Expansion e = expand_vendor_node(*decl, node, in_types);
@@ -227,8 +239,10 @@ class Lowerer {
       for (const auto& sub : e.nodes) lower_node(sub);
       std::vector<int> outs;
       for (const auto& o : e.outputs) outs.push_back(l_.by_name.at(o));
-      if (decl->outputs.size() == 1) l_.by_name[node.name] = outs[0];
-      else bundles_[node.name] = outs;
+      if (decl->outputs.size() == 1)
+        l_.by_name[node.name] = outs[0];
+      else
+        bundles_[node.name] = outs;
       return;
     }
     // A device runs the op's kernel: types from the plugin's inference and/or
@@ -261,8 +275,8 @@ class Lowerer {
       }
       bp_dtype out_dt = BP_DTYPE_INVALID;
       bp_layout out_l{};
-      plugin.check(api->infer_custom_op({node.op.data(), node.op.size()}, dts.data(), ls.data(), ls.size(), &n.params,
-                                        &out_dt, &out_l),
+      plugin.check(api->infer_custom_op({node.op.data(), node.op.size()}, dts.data(), ls.data(), ls.size(),
+                                        &n.params, &out_dt, &out_l),
                    where);
       if (dtype_size(out_dt) == 0 || out_l.rank > BP_MAX_RANK)
         throw Error(where + ": the plugin's shape inference returned an invalid dtype or rank");
@@ -270,16 +284,19 @@ class Lowerer {
       for (auto d : t.shape)
         if (d < 0) throw Error(where + ": the plugin's shape inference returned a negative dim");
       if (!types.empty() && (types[0].dtype != t.dtype || types[0].shape != t.shape))
-        throw Error(where + ": plugin '" + plugin.info().name + "' infers " + std::string(dtype_name(t.dtype)) +
-                    shape_str(t.shape) + " but the op's decomposition gives " + std::string(dtype_name(types[0].dtype)) +
+        throw Error(where + ": plugin '" + plugin.info().name + "' infers " +
+                    std::string(dtype_name(t.dtype)) + shape_str(t.shape) +
+                    " but the op's decomposition gives " + std::string(dtype_name(types[0].dtype)) +
                     shape_str(types[0].shape));
       if (types.empty()) types.push_back(t);
     }
     if (types.empty())
-      throw Error(where + ": plugin '" + plugin.info().name + "' gives no shape inference for its vendor ops and no manifest gives a decomposition");
+      throw Error(where + ": plugin '" + plugin.info().name +
+                  "' gives no shape inference for its vendor ops and no manifest gives a decomposition");
     const size_t slots = types.size() > 1 ? types.size() : 0;
     if (decl && decl->outputs.size() > 1 && types.size() != decl->outputs.size())
-      throw Error(where + ": declares " + std::to_string(decl->outputs.size()) + " outputs; a multi-output vendor op needs a decomposition");
+      throw Error(where + ": declares " + std::to_string(decl->outputs.size()) +
+                  " outputs; a multi-output vendor op needs a decomposition");
     for (auto id : in_ids) {
       n.key.push_back(l_.values[id].dtype);
       n.in_layouts.push_back(l_.values[id].layout);
@@ -317,9 +334,12 @@ class Lowerer {
     if (l_.by_name.count(node.name) || bundles_.count(node.name))
       throw Error(where + ": the name '" + node.name + "' is already used");
     // Slots of a vendor op that ran as its decomposition: plain values.
-    if ((node.op == "view" || node.op == "view_owned") && node.inputs.size() == 1 && bundles_.count(node.inputs[0])) {
+    if ((node.op == "view" || node.op == "view_owned") && node.inputs.size() == 1 &&
+        bundles_.count(node.inputs[0])) {
       if (node.op == "view" && !node.device.empty())
-        throw Error(where + ": a view has no device of its own (it is read where its producer's bytes are); pin its producer or its consumers");
+        throw Error(where +
+                    ": a view has no device of its own (it is read where its producer's bytes are); pin its "
+                    "producer or its consumers");
       const auto& outs = bundles_[node.inputs[0]];
       for (auto it = node.params.begin(); it != node.params.end(); ++it)
         if (it.key() != "slot") throw Error(where + ": unknown param '" + it.key() + "'");
@@ -327,10 +347,13 @@ class Lowerer {
         throw Error(where + ": 'slot' (an integer) is required");
       const int64_t slot = node.params["slot"].get<int64_t>();
       if (slot < 0 || slot >= static_cast<int64_t>(outs.size()))
-        throw Error(where + ": slot " + std::to_string(slot) + " is out of range for a bundle of " + std::to_string(outs.size()));
+        throw Error(where + ": slot " + std::to_string(slot) + " is out of range for a bundle of " +
+                    std::to_string(outs.size()));
       const int src = outs[static_cast<size_t>(slot)];
-      if (node.op == "view") l_.by_name[node.name] = src;
-      else add_copy(node, where, src, l_.values[src].layout, node.name);
+      if (node.op == "view")
+        l_.by_name[node.name] = src;
+      else
+        add_copy(node, where, src, l_.values[src].layout, node.name);
       return;
     }
     std::vector<int> in_ids;
@@ -342,7 +365,8 @@ class Lowerer {
         in_types.push_back({});
         continue;
       }
-      if (bundles_.count(n)) throw Error(where + ": input '" + n + "' is a multi-output bundle; read its slots through 'view'");
+      if (bundles_.count(n))
+        throw Error(where + ": input '" + n + "' is a multi-output bundle; read its slots through 'view'");
       auto it = l_.by_name.find(n);
       if (it == l_.by_name.end()) throw Error(where + ": input '" + n + "' is not defined before this node");
       const LValue& v = l_.values[it->second];
@@ -366,7 +390,9 @@ class Lowerer {
     InferredNode r = infer_node(node, in_ptrs);
     const bool layout_only = r.cls == OpClass::View || r.cls == OpClass::Slot;
     if (layout_only && !node.device.empty())
-      throw Error(where + ": a view has no device of its own (it is read where its producer's bytes are); pin its producer or its consumers");
+      throw Error(where +
+                  ": a view has no device of its own (it is read where its producer's bytes are); pin its "
+                  "producer or its consumers");
     switch (r.cls) {
       case OpClass::View: {
         const LValue src = l_.values[in_ids[0]];
@@ -389,11 +415,12 @@ class Lowerer {
         const LValue src = l_.values[in_ids[0]];
         const SlotSpec s = src.slots[r.slot];
         if (r.cls == OpClass::Slot) {
-          add_value(node.name, s.dtype, s.shape, src.root, src.byte_offset + s.byte_offset, Layout::contiguous(s.shape));
+          add_value(node.name, s.dtype, s.shape, src.root, src.byte_offset + s.byte_offset,
+                    Layout::contiguous(s.shape));
         } else {
           // Named for messages and explain(): "t:slot1".
-          const int view = add_value(node.inputs[0] + ":slot" + std::to_string(r.slot), s.dtype, s.shape, src.root,
-                                     src.byte_offset + s.byte_offset, Layout::contiguous(s.shape));
+          const int view = add_value(node.inputs[0] + ":slot" + std::to_string(r.slot), s.dtype, s.shape,
+                                     src.root, src.byte_offset + s.byte_offset, Layout::contiguous(s.shape));
           add_copy(node, where, view, Layout::contiguous(s.shape), node.name);
         }
         return;
@@ -409,7 +436,8 @@ class Lowerer {
     n.pinned = !node.device.empty();
     n.params = r.params;
     // Dispatch key: input dtypes (absent optional inputs take the output's), then output.
-    for (size_t i = 0; i < in_ids.size(); ++i) n.key.push_back(in_ids[i] < 0 ? r.out.dtype : l_.values[in_ids[i]].dtype);
+    for (size_t i = 0; i < in_ids.size(); ++i)
+      n.key.push_back(in_ids[i] < 0 ? r.out.dtype : l_.values[in_ids[i]].dtype);
     n.key.push_back(r.out.dtype);
     // Canonical input layouts.
     for (size_t i = 0; i < in_ids.size(); ++i) {
@@ -470,7 +498,8 @@ uint64_t LValue::bytes() const {
 
 std::string signature(const std::string& op, const std::vector<bp_dtype>& key) {
   std::string sig = op + "(";
-  for (size_t i = 0; i + 1 < key.size(); ++i) sig += std::string(i ? ", " : "") + std::string(dtype_name(key[i]));
+  for (size_t i = 0; i + 1 < key.size(); ++i)
+    sig += std::string(i ? ", " : "") + std::string(dtype_name(key[i]));
   return sig + ") -> " + std::string(key.empty() ? "?" : dtype_name(key.back()));
 }
 

@@ -12,12 +12,12 @@
 // device and builds what the executor needs.
 #pragma once
 
-#include "ops.hpp"
-#include "plugin.hpp"
-
 #include <map>
 #include <string>
 #include <vector>
+
+#include "ops.hpp"
+#include "plugin.hpp"
 
 namespace backplane::detail {
 
@@ -43,8 +43,8 @@ struct LValue {
 // Storage: a graph input or constant, or the output of a node.
 struct LRoot {
   uint64_t size = 0;
-  int producer = -1;  // index into Lowered::nodes; -1 = graph input/constant
-  bool output = false;  // a graph output
+  int producer = -1;         // index into Lowered::nodes; -1 = graph input/constant
+  bool output = false;       // a graph output
   Device* device = nullptr;  // set by place()
 };
 
@@ -82,10 +82,10 @@ struct Lowered {
   std::map<std::string, int> by_name;
   std::vector<LRoot> roots;
   std::vector<LNode> nodes;
-  std::vector<std::pair<std::string, int>> inputs;               // non-constant graph inputs
-  std::vector<std::pair<int, const HostTensor*>> constants;      // value id, data
+  std::vector<std::pair<std::string, int>> inputs;           // non-constant graph inputs
+  std::vector<std::pair<int, const HostTensor*>> constants;  // value id, data
   std::vector<std::string> outputs;
-  uint64_t align = 16;  // bundle slot alignment: the largest of the devices'
+  uint64_t align = 16;             // bundle slot alignment: the largest of the devices'
   std::vector<std::string> notes;  // decompositions used, for explain()
 
   Device* device_of(int value) const { return roots[values[value].root].device; }

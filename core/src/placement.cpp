@@ -9,9 +9,9 @@
 //     that strictly lowers the bytes crossing devices around it. Repeated
 //     until nothing moves (a few passes at most).
 //  4. A graph input lives where its first consumer runs.
-#include "lowering.hpp"
-
 #include <algorithm>
+
+#include "lowering.hpp"
 
 namespace backplane::detail {
 
@@ -32,7 +32,8 @@ Edges edges_of(const Lowered& l) {
       if (v < 0) continue;
       const int p = l.roots[l.values[v].root].producer;
       e.in[i].emplace_back(p, l.values[v].bytes());
-      if (p >= 0 && (e.out[p].empty() || e.out[p].back() != static_cast<int>(i))) e.out[p].push_back(static_cast<int>(i));
+      if (p >= 0 && (e.out[p].empty() || e.out[p].back() != static_cast<int>(i)))
+        e.out[p].push_back(static_cast<int>(i));
     }
   return e;
 }
@@ -45,10 +46,13 @@ void place(Lowered& l) {
   for (auto& n : l.nodes) {
     n.chosen = 0;
     Device* d = n.candidates[0].device;
-    if (n.pinned) n.reason = "pinned";
-    else if (d == list.front()) n.reason = "first device of the list";
-    else n.reason = "first device of the list that runs it (" + list.front()->name() + " " +
-                    n.first_refusal.substr(0, n.first_refusal.find("; it offers:")) + ")";
+    if (n.pinned)
+      n.reason = "pinned";
+    else if (d == list.front())
+      n.reason = "first device of the list";
+    else
+      n.reason = "first device of the list that runs it (" + list.front()->name() + " " +
+                 n.first_refusal.substr(0, n.first_refusal.find("; it offers:")) + ")";
   }
 
   // Bytes crossing devices around node i if it ran on d.
@@ -85,7 +89,8 @@ void place(Lowered& l) {
       if (best_c != n.chosen) {
         const uint64_t before = cost(i, dev(static_cast<int>(i)));
         n.reason = n.candidates[0].device->name() + " could run it; " + n.candidates[best_c].device->name() +
-                   " keeps it beside its neighbours and moves " + std::to_string(before - best) + " fewer bytes";
+                   " keeps it beside its neighbours and moves " + std::to_string(before - best) +
+                   " fewer bytes";
         n.chosen = best_c;
         moved = true;
       }

@@ -8,20 +8,20 @@
 // those whose last reader has run), allocated once, and every
 // bp_storage/bp_layout a kernel will see is built, so execute() only locks,
 // calls kernels, moves transfers and synchronizes.
-#include "lowering.hpp"
-#include "runtime_impl.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstring>
 #include <shared_mutex>
 
+#include "lowering.hpp"
+#include "runtime_impl.hpp"
+
 namespace backplane {
 
 using detail::LNode;
-using detail::LValue;
 using detail::Lowered;
+using detail::LValue;
 using detail::SlotSpec;
 
 namespace {
@@ -48,15 +48,9 @@ struct Cell {
   }
 };
 
-struct Value {
-  std::string name;
-  bp_dtype dtype = BP_DTYPE_INVALID;
-  Shape shape;
-  int vbuf = -1;
-  uint64_t byte_offset = 0;
-  Layout layout;
-  std::vector<SlotSpec> slots;
-};
+// A value of the plan is a lowered value whose `root` indexes the plan's
+// vbufs (vbuf i is lowered root i; transfers and copies add more).
+using Value = detail::LValue;
 
 struct VBuf {
   uint64_t size = 0;
@@ -124,7 +118,7 @@ struct Plan::Impl {
     if (it == by_name.end()) throw Error("plan has no value named '" + name + "'");
     return values[it->second];
   }
-  Cell& cell_of(const Value& v) const { return *cells[vbufs[v.vbuf].cell]; }
+  Cell& cell_of(const Value& v) const { return *cells[vbufs[v.root].cell]; }
   const PlanDevice& dev_of(const Cell& c) const { return devs[c.dev]; }
 
   void fill_storage(bp_storage& st, const Value& v) const {
@@ -164,8 +158,11 @@ namespace {
 
 std::string bytes_str(uint64_t b) {
   char buf[64];
-  if (b >= (uint64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%llu bytes (%.1f MiB)", static_cast<unsigned long long>(b), b / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(b));
+  if (b >= (uint64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%llu bytes (%.1f MiB)", static_cast<unsigned long long>(b),
+                  b / 1048576.0);
+  else
+    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(b));
   return buf;
 }
 
@@ -183,17 +180,7 @@ class Builder {
       vb.pinned = r.producer < 0 || r.output;
       p_.vbufs.push_back(vb);
     }
-    for (const auto& v : l_.values) {
-      Value out;
-      out.name = v.name;
-      out.dtype = v.dtype;
-      out.shape = v.shape;
-      out.vbuf = v.root;
-      out.byte_offset = v.byte_offset;
-      out.layout = v.layout;
-      out.slots = v.slots;
-      p_.values.push_back(std::move(out));
-    }
+    p_.values = l_.values;
     p_.by_name = l_.by_name;
     p_.inputs = l_.inputs;
     p_.outputs = l_.outputs;
@@ -243,7 +230,7 @@ class Builder {
     Value v;
     v.dtype = like.dtype;
     v.shape = like.shape;
-    v.vbuf = vbuf;
+    v.root = vbuf;
     v.byte_offset = byte_offset;
     v.layout = std::move(layout);
     p_.values.push_back(std::move(v));
@@ -251,7 +238,7 @@ class Builder {
   }
 
   void use(int value, int step) {
-    auto& vb = p_.vbufs[p_.values[value].vbuf];
+    auto& vb = p_.vbufs[p_.values[value].root];
     vb.last_use = std::max(vb.last_use, step);
   }
 
@@ -259,7 +246,7 @@ class Builder {
   // step (one per value and destination).
   int on_device(int v, int dev) {
     const Value src = p_.values[v];
-    const int from = p_.vbufs[src.vbuf].dev;
+    const int from = p_.vbufs[src.root].dev;
     if (from == dev) return v;
     auto it = moved_.find({v, dev});
     if (it != moved_.end()) return it->second;
@@ -280,28 +267,30 @@ class Builder {
       st.src_offset = src.byte_offset + static_cast<uint64_t>(lo) * es;
       st.bytes = static_cast<uint64_t>(hi - lo + 1) * es;
       const int vb = new_vbuf(st.bytes, dev, step);
-      out = add_value(src, vb, 0,
-                      Layout(src.layout.shape(), src.layout.strides(), src.layout.offset() - lo));
+      out = add_value(src, vb, 0, Layout(src.layout.shape(), src.layout.strides(), src.layout.offset() - lo));
       // Zero-copy when the destination can address the source's memory.
       const PlanDevice& a = p_.devs[from];
       const PlanDevice& b = p_.devs[dev];
-      if (a.host_addressable && b.plugin->api()->struct_size >= offsetof(bp_plugin_api, buffer_import_host) + sizeof(void*) &&
+      if (a.host_addressable &&
+          b.plugin->api()->struct_size >= offsetof(bp_plugin_api, buffer_import_host) + sizeof(void*) &&
           b.plugin->api()->buffer_import_host && st.src_offset % b.align == 0) {
         // (Whether the source buffer itself is aligned enough is known at
         // allocation; a refused import falls back to a copy there.)
         st.zero_copy = true;
-        p_.vbufs[vb].alias_of = src.vbuf;
+        p_.vbufs[vb].alias_of = src.root;
         p_.vbufs[vb].alias_offset = st.src_offset;
         p_.vbufs[vb].pinned = true;
       }
     }
     st.output = out;
     const std::string name = src.name.empty() ? "an intermediate value" : "'" + src.name + "'";
-    st.what = "transfer " + name + " from " + p_.devs[from].device->name() + " to " + p_.devs[dev].device->name();
+    st.what =
+        "transfer " + name + " from " + p_.devs[from].device->name() + " to " + p_.devs[dev].device->name();
     use(v, step);
-    p_.description.push_back(st.what + ": " + (st.zero_copy ? "zero-copy (" + p_.devs[dev].device->name() + " reads " +
-                                                                  p_.devs[from].device->name() + "'s memory in place)"
-                                                            : bytes_str(st.bytes)));
+    p_.description.push_back(st.what + ": " +
+                             (st.zero_copy ? "zero-copy (" + p_.devs[dev].device->name() + " reads " +
+                                                 p_.devs[from].device->name() + "'s memory in place)"
+                                           : bytes_str(st.bytes)));
     p_.steps.push_back(std::move(st));
     moved_[{v, dev}] = out;
     return out;
@@ -378,7 +367,7 @@ class Builder {
     st.custom_json = n.custom_json;
     for (int id : ids)
       if (id >= 0) use(id, step);
-    auto& vb = p_.vbufs[p_.values[n.output].vbuf];
+    auto& vb = p_.vbufs[p_.values[n.output].root];
     vb.def_step = step;
     vb.last_use = std::max(vb.last_use, step);
     p_.description.push_back(st.what);
@@ -416,7 +405,8 @@ class Builder {
             continue;
           }
           const bool fits = cell_size[c] >= vb.size, best_fits = cell_size[best] >= vb.size;
-          if ((fits && (!best_fits || cell_size[c] < cell_size[best])) || (!fits && !best_fits && cell_size[c] > cell_size[best]))
+          if ((fits && (!best_fits || cell_size[c] < cell_size[best])) ||
+              (!fits && !best_fits && cell_size[c] > cell_size[best]))
             best = static_cast<int>(c);
         }
         if (best < 0) {
@@ -474,10 +464,11 @@ class Builder {
           b = bp_buffer{};
           b.struct_size = sizeof b;
           for (auto& st : p_.steps)
-            if (st.transfer && st.output >= 0 && p_.values[st.output].vbuf == alias) st.zero_copy = false;
+            if (st.transfer && st.output >= 0 && p_.values[st.output].root == alias) st.zero_copy = false;
         }
-        d.plugin->check(d.plugin->api()->buffer_allocate(cell.device, cell.size, &b),
-                        "allocating " + std::to_string(cell.size) + " bytes on device '" + d.device->name() + "'");
+        d.plugin->check(
+            d.plugin->api()->buffer_allocate(cell.device, cell.size, &b),
+            "allocating " + std::to_string(cell.size) + " bytes on device '" + d.device->name() + "'");
         cell.handle = b.handle;
         cell.host_ptr = b.host_ptr;
       }
@@ -489,9 +480,9 @@ class Builder {
       Step& st = p_.steps[s];
       if (st.transfer) {
         const Value& src = p_.values[st.src_value];
-        int& m = mode[p_.vbufs[src.vbuf].cell];
+        int& m = mode[p_.vbufs[src.root].cell];
         m = std::max(m, 1);
-        if (!st.zero_copy) mode[p_.vbufs[p_.values[st.output].vbuf].cell] = 2;
+        if (!st.zero_copy) mode[p_.vbufs[p_.values[st.output].root].cell] = 2;
         st.dst_offset = p_.values[st.output].byte_offset;
         continue;
       }
@@ -508,12 +499,12 @@ class Builder {
         const Value& v = p_.values[st.inputs[i]];
         p_.fill_storage(st.in_st[i], v);
         st.layouts.push_back(st.in_layouts[i].to_bp());
-        int& m = mode[p_.vbufs[v.vbuf].cell];
+        int& m = mode[p_.vbufs[v.root].cell];
         m = std::max(m, 1);
       }
       const Value& out = p_.values[st.output];
       p_.fill_storage(st.out_st, out);
-      mode[p_.vbufs[out.vbuf].cell] = 2;
+      mode[p_.vbufs[out.root].cell] = 2;
       st.slots.clear();
       for (const auto& sl : out.slots) {
         bp_bundle_slot b{};
@@ -530,7 +521,8 @@ class Builder {
       } else {
         st.layouts.push_back(st.out_layout.to_bp());
       }
-      if (st.params.kind == BP_PARAMS_CUSTOM) st.params.u.custom.json = {st.custom_json.data(), st.custom_json.size()};
+      if (st.params.kind == BP_PARAMS_CUSTOM)
+        st.params.u.custom.json = {st.custom_json.data(), st.custom_json.size()};
     }
     for (size_t c = 0; c < p_.cells.size(); ++c)
       if (mode[c]) p_.lock_order.push_back({p_.cells[c].get(), mode[c] == 2});
@@ -541,7 +533,8 @@ class Builder {
     for (const auto& st : p_.steps) {
       if (st.transfer && !st.zero_copy && di < p_.description.size() &&
           p_.description[di].find("zero-copy") != std::string::npos)
-        p_.description[di] = st.what + ": " + bytes_str(st.bytes) + " (the destination refused to import the memory)";
+        p_.description[di] =
+            st.what + ": " + bytes_str(st.bytes) + " (the destination refused to import the memory)";
       ++di;
     }
     for (auto& d : p_.devs) {
@@ -560,16 +553,20 @@ class RunLocks {
  public:
   explicit RunLocks(const std::vector<std::pair<Cell*, bool>>& order) : order_(order) {
     for (auto& [c, w] : order_) {
-      if (w) c->mu.lock();
-      else c->mu.lock_shared();
+      if (w)
+        c->mu.lock();
+      else
+        c->mu.lock_shared();
       ++held_;
     }
   }
   ~RunLocks() {
     for (size_t i = held_; i-- > 0;) {
       auto& [c, w] = order_[i];
-      if (w) c->mu.unlock();
-      else c->mu.unlock_shared();
+      if (w)
+        c->mu.unlock();
+      else
+        c->mu.unlock_shared();
     }
   }
   RunLocks(const RunLocks&) = delete;
@@ -591,11 +588,13 @@ Plan Runtime::compile(const Graph& graph, Device& device, const CompileOptions& 
   return compile(graph, std::vector<Device*>{&device}, options);
 }
 
-Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices, const CompileOptions& options) {
+Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
+                      const CompileOptions& options) {
   if (devices.empty()) throw Error("compile: the device list is empty");
   for (auto* d : devices) {
     if (!d) throw Error("compile: a null device in the list");
-    if (!DeviceAccess::plugin(*d).loaded()) throw Error("device '" + d->name() + "': its plugin is not loaded");
+    if (!DeviceAccess::plugin(*d).loaded())
+      throw Error("device '" + d->name() + "': its plugin is not loaded");
   }
   // Check the whole graph's shapes first, so a bad graph is reported as such
   // before any device question (vendor ops need the device or a decomposition).
@@ -626,8 +625,8 @@ void Plan::set_input(const std::string& name, const HostTensor& t) {
   if (it == p.inputs.end()) throw Error("the graph has no (non-constant) input named '" + name + "'");
   const auto& v = p.values[it->second];
   if (t.dtype != v.dtype || t.shape != v.shape)
-    throw Error("input '" + name + "': expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) + ", got " +
-                std::string(dtype_name(t.dtype)) + shape_str(t.shape));
+    throw Error("input '" + name + "': expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) +
+                ", got " + std::string(dtype_name(t.dtype)) + shape_str(t.shape));
   Cell& c = p.cell_of(v);
   std::unique_lock<std::shared_mutex> lk(c.mu);
   p.write_bytes(c, v.byte_offset, t.data(), t.nbytes());
@@ -644,7 +643,9 @@ void Plan::execute() {
     auto* api = p.devs[d].plugin->api();
     if (api->synchronize) p.devs[d].plugin->check(api->synchronize(p.devs[d].handle), what);
   };
-  auto sync_for_run = [&](size_t d) { sync(d, "running the plan on device '" + p.devs[d].device->name() + "'"); };
+  auto sync_for_run = [&](size_t d) {
+    sync(d, "running the plan on device '" + p.devs[d].device->name() + "'");
+  };
   // On an error, drain every device (keeping the first error) before throwing.
   auto drain = [&]() {
     for (size_t d = 0; d < p.devs.size(); ++d)
@@ -694,7 +695,8 @@ void Plan::execute() {
           bytes = static_cast<uint64_t>(out.layout.numel()) * dtype_size(out.dtype);
         } else {
           const auto& last = out.slots.back();
-          bytes = last.byte_offset + static_cast<uint64_t>(Layout::contiguous(last.shape).numel()) * dtype_size(last.dtype);
+          bytes = last.byte_offset +
+                  static_cast<uint64_t>(Layout::contiguous(last.shape).numel()) * dtype_size(last.dtype);
         }
         std::vector<unsigned char> junk(bytes, 0xFF);
         p.write_bytes(c, out.byte_offset, junk.data(), bytes);
@@ -702,7 +704,8 @@ void Plan::execute() {
       auto ctx = d.ctx;
       ctx.kernel_index = static_cast<uint32_t>(st.kernel);
       if (p.profile) started = Clock::now();
-      bp_error* err = st.fn(&ctx, st.in_st.data(), st.in_st.size(), &st.out_st, 1, st.layouts.data(), &st.params);
+      bp_error* err =
+          st.fn(&ctx, st.in_st.data(), st.in_st.size(), &st.out_st, 1, st.layouts.data(), &st.params);
       if (p.profile) p.step_seconds[s] = std::chrono::duration<double>(Clock::now() - started).count();
       if (err) {
         const auto code = api->error_code(err);
@@ -765,7 +768,9 @@ std::map<std::string, HostTensor> Plan::run(const std::map<std::string, HostTens
   return out;
 }
 
-std::vector<std::string> Plan::describe() const { return impl_ ? impl_->description : std::vector<std::string>{}; }
+std::vector<std::string> Plan::describe() const {
+  return impl_ ? impl_->description : std::vector<std::string>{};
+}
 
 std::vector<Plan::Transfer> Plan::transfers() const {
   std::vector<Transfer> out;
@@ -791,7 +796,9 @@ std::vector<Plan::StepTime> Plan::profile() const {
 
 Plan::CompileStats Plan::compile_stats() const { return impl_ ? impl_->stats : CompileStats{}; }
 
-std::vector<Plan::Placement> Plan::placement() const { return impl_ ? impl_->placement : std::vector<Placement>{}; }
+std::vector<Plan::Placement> Plan::placement() const {
+  return impl_ ? impl_->placement : std::vector<Placement>{};
+}
 
 std::vector<std::string> Plan::devices() const {
   std::vector<std::string> out;
@@ -818,11 +825,12 @@ std::string Plan::explain() const {
   for (const auto& t : transfers()) {
     ++n;
     moved += t.bytes;
-    s += "  transfer " + (t.value.empty() ? std::string("(intermediate)") : t.value) + ": " + t.from + " -> " + t.to + ", " +
-         (t.zero_copy ? "zero-copy" : bytes_str(t.bytes)) + "\n";
+    s += "  transfer " + (t.value.empty() ? std::string("(intermediate)") : t.value) + ": " + t.from +
+         " -> " + t.to + ", " + (t.zero_copy ? "zero-copy" : bytes_str(t.bytes)) + "\n";
   }
   for (const auto& [name, v] : p.inputs)
-    s += "  input " + name + " lives on " + p.devs[p.cells[p.vbufs[p.values[v].vbuf].cell]->dev].device->name() + "\n";
+    s += "  input " + name + " lives on " +
+         p.devs[p.cells[p.vbufs[p.values[v].root].cell]->dev].device->name() + "\n";
   for (const auto& note : p.notes) s += "  " + note + "\n";
   s += std::to_string(n) + " transfer" + (n == 1 ? "" : "s") + ", " + bytes_str(moved) + " moved per run\n";
   return s;

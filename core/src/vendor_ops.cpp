@@ -1,12 +1,12 @@
 // Vendor ops declared in manifests and their decompositions.
 #include "vendor_ops.hpp"
 
-#include "ops.hpp"
-
 #include <cctype>
 #include <cmath>
 #include <limits>
 #include <set>
+
+#include "ops.hpp"
 
 namespace backplane::detail {
 
@@ -23,7 +23,8 @@ struct Num {
 
 class ExprParser {
  public:
-  ExprParser(const std::string& text, const Json& params, const std::vector<std::pair<std::string, Shape>>& shapes)
+  ExprParser(const std::string& text, const Json& params,
+             const std::vector<std::pair<std::string, Shape>>& shapes)
       : s_(text), params_(params), shapes_(shapes) {}
 
   Num parse() {
@@ -51,17 +52,23 @@ class ExprParser {
   Num sum() {
     Num v = product();
     for (;;) {
-      if (eat('+')) v = arith(v, product(), '+');
-      else if (eat('-')) v = arith(v, product(), '-');
-      else return v;
+      if (eat('+'))
+        v = arith(v, product(), '+');
+      else if (eat('-'))
+        v = arith(v, product(), '-');
+      else
+        return v;
     }
   }
   Num product() {
     Num v = unary();
     for (;;) {
-      if (eat('*')) v = arith(v, unary(), '*');
-      else if (eat('/')) v = arith(v, unary(), '/');
-      else return v;
+      if (eat('*'))
+        v = arith(v, unary(), '*');
+      else if (eat('/'))
+        v = arith(v, unary(), '/');
+      else
+        return v;
     }
   }
   Num unary() {
@@ -82,9 +89,15 @@ class ExprParser {
       Num r;
       bool overflow = false;
       switch (op) {
-        case '+': overflow = __builtin_add_overflow(a.i, b.i, &r.i); break;
-        case '-': overflow = __builtin_sub_overflow(a.i, b.i, &r.i); break;
-        case '*': overflow = __builtin_mul_overflow(a.i, b.i, &r.i); break;
+        case '+':
+          overflow = __builtin_add_overflow(a.i, b.i, &r.i);
+          break;
+        case '-':
+          overflow = __builtin_sub_overflow(a.i, b.i, &r.i);
+          break;
+        case '*':
+          overflow = __builtin_mul_overflow(a.i, b.i, &r.i);
+          break;
         default:
           if (b.i == 0) fail("division by zero");
           if (a.i == std::numeric_limits<int64_t>::min() && b.i == -1) fail("integer overflow");
@@ -97,17 +110,25 @@ class ExprParser {
     r.is_int = false;
     const double x = a.as_double(), y = b.as_double();
     switch (op) {
-      case '+': r.d = x + y; break;
-      case '-': r.d = x - y; break;
-      case '*': r.d = x * y; break;
-      default: r.d = x / y;
+      case '+':
+        r.d = x + y;
+        break;
+      case '-':
+        r.d = x - y;
+        break;
+      case '*':
+        r.d = x * y;
+        break;
+      default:
+        r.d = x / y;
     }
     return r;
   }
   std::string ident() {
     skip();
     const size_t start = pos_;
-    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) ++pos_;
+    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_'))
+      ++pos_;
     return s_.substr(start, pos_ - start);
   }
   Num primary() {
@@ -122,9 +143,10 @@ class ExprParser {
     if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') {
       const size_t start = pos_;
       bool is_float = false;
-      while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.' ||
-                                  s_[pos_] == 'e' || s_[pos_] == 'E' ||
-                                  ((s_[pos_] == '+' || s_[pos_] == '-') && (s_[pos_ - 1] == 'e' || s_[pos_ - 1] == 'E')))) {
+      while (pos_ < s_.size() &&
+             (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.' || s_[pos_] == 'e' ||
+              s_[pos_] == 'E' ||
+              ((s_[pos_] == '+' || s_[pos_] == '-') && (s_[pos_ - 1] == 'e' || s_[pos_ - 1] == 'E')))) {
         is_float = is_float || !std::isdigit(static_cast<unsigned char>(s_[pos_]));
         ++pos_;
       }
@@ -207,7 +229,8 @@ Json eval_param_expression(const std::string& expr, const Json& params,
   // A bare param name stands for the param's value, whatever its type.
   std::string trimmed = expr;
   while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.back()))) trimmed.pop_back();
-  while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.front()))) trimmed.erase(trimmed.begin());
+  while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.front())))
+    trimmed.erase(trimmed.begin());
   if (is_identifier(trimmed) && params.contains(trimmed)) return params[trimmed];
   const Num v = ExprParser(trimmed, params, shapes).parse();
   if (v.is_int) return v.i;
@@ -222,7 +245,8 @@ VendorOpInfo parse_vendor_op(const Json& j, const std::string& where_in) {
   std::set<std::string> names;
   for (const auto& i : j["inputs"]) {
     op.inputs.push_back(i.get<std::string>());
-    if (!names.insert(op.inputs.back()).second) throw Error(where + ": input '" + op.inputs.back() + "' is named twice");
+    if (!names.insert(op.inputs.back()).second)
+      throw Error(where + ": input '" + op.inputs.back() + "' is named twice");
   }
   for (const auto& o : j["outputs"]) op.outputs.push_back(o.get<std::string>());
   if (op.outputs.size() > 16) throw Error(where + ": more than 16 outputs");
@@ -235,12 +259,14 @@ VendorOpInfo parse_vendor_op(const Json& j, const std::string& where_in) {
   if (j.contains("test_range")) {
     op.test_range[0] = j["test_range"][0].get<double>();
     op.test_range[1] = j["test_range"][1].get<double>();
-    if (!(op.test_range[0] < op.test_range[1])) throw Error(where + ": test_range must be [lo, hi] with lo < hi");
+    if (!(op.test_range[0] < op.test_range[1]))
+      throw Error(where + ": test_range must be [lo, hi] with lo < hi");
   }
   if (j.contains("test_shapes"))
     for (const auto& c : j["test_shapes"]) {
       if (c.size() != op.inputs.size())
-        throw Error(where + ": each test_shapes entry gives one shape per input (" + std::to_string(op.inputs.size()) + ")");
+        throw Error(where + ": each test_shapes entry gives one shape per input (" +
+                    std::to_string(op.inputs.size()) + ")");
       std::vector<Shape> shapes;
       for (const auto& s : c) {
         if (s.size() > BP_MAX_RANK) throw Error(where + ": a test shape has rank above 8");
@@ -259,7 +285,8 @@ VendorOpInfo parse_vendor_op(const Json& j, const std::string& where_in) {
       if (it.key() != "name" && it.key() != "op" && it.key() != "inputs" && it.key() != "params")
         throw Error(nw + ": unknown key '" + it.key() + "' (takes name, op, inputs, params)");
     const std::string sub_op = n["op"];
-    if (!is_known_op(sub_op)) throw Error(nw + ": '" + sub_op + "' is not a standard op (a decomposition uses standard ops only)");
+    if (!is_known_op(sub_op))
+      throw Error(nw + ": '" + sub_op + "' is not a standard op (a decomposition uses standard ops only)");
     if (n.contains("inputs")) {
       if (!n["inputs"].is_array()) throw Error(nw + ": 'inputs' must be a list");
       for (const auto& i : n["inputs"]) {
@@ -272,10 +299,11 @@ VendorOpInfo parse_vendor_op(const Json& j, const std::string& where_in) {
     if (!names.insert(n["name"].get<std::string>()).second) throw Error(nw + ": the name is used twice");
   }
   if (d["outputs"].size() != op.outputs.size())
-    throw Error(where + ": the decomposition gives " + std::to_string(d["outputs"].size()) + " outputs, the op declares " +
-                std::to_string(op.outputs.size()));
+    throw Error(where + ": the decomposition gives " + std::to_string(d["outputs"].size()) +
+                " outputs, the op declares " + std::to_string(op.outputs.size()));
   for (const auto& o : d["outputs"])
-    if (!names.count(o.get<std::string>())) throw Error(where + ": decomposition output '" + o.get<std::string>() + "' is not defined");
+    if (!names.count(o.get<std::string>()))
+      throw Error(where + ": decomposition output '" + o.get<std::string>() + "' is not defined");
   op.decomposition = d;
   return op;
 }
@@ -285,7 +313,8 @@ Json vendor_params(const VendorOpInfo& op, const Node& node) {
   for (auto it = node.params.begin(); it != node.params.end(); ++it) {
     if (!op.params.contains(it.key())) {
       std::string known;
-      for (auto k = op.params.begin(); k != op.params.end(); ++k) known += (known.empty() ? "" : ", ") + k.key();
+      for (auto k = op.params.begin(); k != op.params.end(); ++k)
+        known += (known.empty() ? "" : ", ") + k.key();
       throw Error("node '" + node.name + "' (" + node.op + "): unknown param '" + it.key() + "'" +
                   (known.empty() ? " (the op takes none)" : " (it takes " + known + ")"));
     }
@@ -317,11 +346,12 @@ Expansion expand_vendor_node(const VendorOpInfo& op, const Node& node,
     sub.op = n["op"];
     // The vendor node's pin holds for every node of its decomposition that
     // runs on a device; layout ops have no device of their own.
-    static const std::set<std::string> layout_ops = {"reshape", "permute", "transpose", "broadcast_to", "slice",
-                                                     "squeeze", "unsqueeze", "view"};
+    static const std::set<std::string> layout_ops = {"reshape", "permute", "transpose", "broadcast_to",
+                                                     "slice",   "squeeze", "unsqueeze", "view"};
     if (!layout_ops.count(sub.op)) sub.device = node.device;
     if (n.contains("inputs"))
-      for (const auto& i : n["inputs"]) sub.inputs.push_back(i.is_null() ? std::string() : outer.at(i.get<std::string>()));
+      for (const auto& i : n["inputs"])
+        sub.inputs.push_back(i.is_null() ? std::string() : outer.at(i.get<std::string>()));
     try {
       sub.params = substitute(n.value("params", Json::object()), params, shapes);
     } catch (const Error& err) {

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <backplane/backplane.hpp>
-
 #include <string>
 #include <utility>
 #include <vector>

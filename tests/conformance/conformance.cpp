@@ -160,10 +160,13 @@ CheckResult check_outputs(const Case& c, const std::map<std::string, HostTensor>
 
 // ---------------------------------------------------------------------------
 
-std::vector<Case> cases_for_kernel(const KernelSpec& kernel, Device& device, const Options& options) {
+namespace {
+
+// Runs `gen` with a context for `kernel` on `device`: cases depend on (seed,
+// op, dtype key) only.
+std::vector<Case> generate(const KernelSpec& kernel, Device& device, const Options& options,
+                           const std::function<void(CaseContext&)>& gen) {
   std::vector<Case> cases;
-  const CaseGenerator* gen = find_op_cases(kernel.op);
-  if (!gen) return cases;
   const std::set<std::string> claimed = claimed_keys(device.kernels());
   Rng rng(splitmix(options.seed ^ fnv1a(kernel.op + "|" + kernel.key())));
   CaseContext ctx;
@@ -174,8 +177,16 @@ std::vector<Case> cases_for_kernel(const KernelSpec& kernel, Device& device, con
     return claimed.count(op + " " + dtype_key(dtypes, false)) > 0;
   };
   ctx.out = &cases;
-  (*gen)(ctx);
+  gen(ctx);
   return cases;
+}
+
+}  // namespace
+
+std::vector<Case> cases_for_kernel(const KernelSpec& kernel, Device& device, const Options& options) {
+  const CaseGenerator* gen = find_op_cases(kernel.op);
+  if (!gen) return {};
+  return generate(kernel, device, options, *gen);
 }
 
 namespace {
@@ -183,9 +194,8 @@ namespace {
 // Cases for a vendor op whose manifest gives a decomposition: test_shapes x
 // test_params over the standard layouts, checked against the decomposition
 // run on the CPU plugin.
-std::vector<Case> decomposition_cases(Runtime& rt, const VendorOpInfo& decl, const KernelSpec& kernel, Device& device,
-                                      const Options& options) {
-  std::vector<Case> cases;
+std::vector<Case> decomposition_cases(Runtime& rt, const VendorOpInfo& decl, const KernelSpec& kernel,
+                                      Device& device, const Options& options) {
   // The reference: the op compiled for a device without its kernel runs its
   // decomposition there (the CPU plugin).
   Device* ref = nullptr;
@@ -193,60 +203,53 @@ std::vector<Case> decomposition_cases(Runtime& rt, const VendorOpInfo& decl, con
     if (d->plugin_name() == "cpu") ref = d;
   if (!ref) throw NoCases("the CPU plugin, which runs the decomposition as the reference, is not available");
   for (const auto& k : ref->kernels())
-    if (k.op == decl.op) throw NoCases("the CPU device has its own " + decl.op + " kernel, so it cannot run the decomposition");
+    if (k.op == decl.op)
+      throw NoCases("the CPU device has its own " + decl.op + " kernel, so it cannot run the decomposition");
   if (decl.test_shapes.empty()) throw NoCases("the manifest gives no test_shapes for " + decl.op);
-  const std::set<std::string> claimed = claimed_keys(device.kernels());
-  Rng rng(splitmix(options.seed ^ fnv1a(kernel.op + "|" + kernel.key())));
-  CaseContext ctx;
-  ctx.kernel = kernel;
-  ctx.rng = &rng;
-  ctx.large = options.large;
-  ctx.device_has = [&claimed](const std::string& op, const std::vector<bp_dtype>& dtypes) {
-    return claimed.count(op + " " + dtype_key(dtypes, false)) > 0;
-  };
-  ctx.out = &cases;
   const std::string op = decl.op;
   const size_t n_out = decl.outputs.size();
   std::vector<Json> params = decl.test_params;
   if (params.empty()) params.push_back(Json::object());
-  for (const auto& shapes : decl.test_shapes)
-    for (const auto& p : params) {
-      OpSpec spec;
-      spec.op = op;
-      spec.params = p;
-      spec.tol = decl.tolerance == "elementwise" ? TolClass::Elementwise : TolClass::Compound;
-      spec.note = "(reference: its decomposition on " + ref->name() + ")";
-      for (size_t i = 0; i < shapes.size(); ++i)
-        spec.inputs.push_back({"x" + std::to_string(i), kernel.in(i), shapes[i], fill_uniform(decl.test_range[0], decl.test_range[1])});
-      spec.reference = [&rt, ref, op, n_out](const std::vector<const HostTensor*>& in, const Json& prm) {
-        Graph g;
-        std::map<std::string, HostTensor> feed;
-        std::vector<std::string> names;
-        for (size_t i = 0; i < in.size(); ++i) {
-          names.push_back("x" + std::to_string(i));
-          g.input(names.back(), in[i]->dtype, in[i]->shape);
-          feed[names.back()] = *in[i];
-        }
-        g.node("y", op, names, prm);
-        std::vector<std::string> outs;
-        if (n_out == 1) {
-          outs.push_back("y");
-        } else {
-          for (size_t s = 0; s < n_out; ++s) {
-            outs.push_back("slot" + std::to_string(s));
-            g.node(outs.back(), "view", {"y"}, {{"slot", s}});
+  return generate(kernel, device, options, [&](CaseContext& ctx) {
+    for (const auto& shapes : decl.test_shapes)
+      for (const auto& p : params) {
+        OpSpec spec;
+        spec.op = op;
+        spec.params = p;
+        spec.tol = decl.tolerance == "elementwise" ? TolClass::Elementwise : TolClass::Compound;
+        spec.note = "(reference: its decomposition on " + ref->name() + ")";
+        for (size_t i = 0; i < shapes.size(); ++i)
+          spec.inputs.push_back({"x" + std::to_string(i), kernel.in(i), shapes[i],
+                                 fill_uniform(decl.test_range[0], decl.test_range[1])});
+        spec.reference = [&rt, ref, op, n_out](const std::vector<const HostTensor*>& in, const Json& prm) {
+          Graph g;
+          std::map<std::string, HostTensor> feed;
+          std::vector<std::string> names;
+          for (size_t i = 0; i < in.size(); ++i) {
+            names.push_back("x" + std::to_string(i));
+            g.input(names.back(), in[i]->dtype, in[i]->shape);
+            feed[names.back()] = *in[i];
           }
-        }
-        for (const auto& o : outs) g.output(o);
-        Plan plan = rt.compile(g, *ref);
-        auto got = plan.run(feed);
-        std::vector<RefTensor> want;
-        for (const auto& o : outs) want.push_back(RefTensor::from_host(got.at(o)));
-        return want;
-      };
-      ctx.add(spec);
-    }
-  return cases;
+          g.node("y", op, names, prm);
+          std::vector<std::string> outs;
+          if (n_out == 1) {
+            outs.push_back("y");
+          } else {
+            for (size_t s = 0; s < n_out; ++s) {
+              outs.push_back("slot" + std::to_string(s));
+              g.node(outs.back(), "view", {"y"}, {{"slot", s}});
+            }
+          }
+          for (const auto& o : outs) g.output(o);
+          Plan plan = rt.compile(g, *ref);
+          auto got = plan.run(feed);
+          std::vector<RefTensor> want;
+          for (const auto& o : outs) want.push_back(RefTensor::from_host(got.at(o)));
+          return want;
+        };
+        ctx.add(spec);
+      }
+  });
 }
 
 }  // namespace
@@ -262,8 +265,10 @@ CaseResult run_case(Runtime& rt, Device& device, const Case& c, const Options& o
       // The op under test stays on the device; the rest may fall back.
       Graph g;
       for (const auto& in : c.graph.inputs()) {
-        if (in.constant) g.constant(in.name, *in.constant);
-        else g.input(in.name, in.dtype, in.shape);
+        if (in.constant)
+          g.constant(in.name, *in.constant);
+        else
+          g.input(in.name, in.dtype, in.shape);
       }
       for (const auto& n : c.graph.nodes())
         g.node(n.name, n.op, n.inputs, n.params, n.name == "y" ? device.name() : n.device);
@@ -345,7 +350,8 @@ std::string run_error_case(Runtime& rt, Device& device, const ErrorCase& e, cons
     const auto outs = plan.run(e.recover_inputs);
     auto it = outs.find("y");
     if (it == outs.end()) return "after the error, the plan's rerun gave no output y";
-    const CheckResult c = compare(it->second, *e.recover_expected, tolerance_for(e.recover_expected->dtype, TolClass::Exact));
+    const CheckResult c =
+        compare(it->second, *e.recover_expected, tolerance_for(e.recover_expected->dtype, TolClass::Exact));
     if (!c.ok) return "after the error, the plan's rerun on good data is wrong: " + c.message;
   } catch (const std::exception& err) {
     return std::string("after the error, the plan no longer runs: ") + err.what();
@@ -355,8 +361,8 @@ std::string run_error_case(Runtime& rt, Device& device, const ErrorCase& e, cons
 
 namespace {
 
-void run_concurrency(Runtime& rt, Device& device, const Options& options, const std::vector<KernelInfo>& kernels,
-                     Rows& rows) {
+void run_concurrency(Runtime& rt, Device& device, const Options& options,
+                     const std::vector<KernelInfo>& kernels, Rows& rows) {
   // Several ops at once: one modest contiguous case per op, f32 preferred.
   std::vector<Case> picked;
   std::set<std::string> ops_done;
@@ -432,7 +438,8 @@ void run_concurrency(Runtime& rt, Device& device, const Options& options, const 
     const auto ti = static_cast<size_t>(t);
     for (int i = 0; i < iterations; ++i) {
       const bool ok = i < passed[ti];
-      rows.record(row, ok, &checks[ti], failure[ti], "thread " + std::to_string(t) + " (" + picked[which[ti]].op + ")");
+      rows.record(row, ok, &checks[ti], failure[ti],
+                  "thread " + std::to_string(t) + " (" + picked[which[ti]].op + ")");
     }
   }
 }
@@ -476,7 +483,8 @@ Report run_conformance(Runtime& rt, Device& device, const Options& options) {
       if (!find_op_cases(spec.op) && decl && decl->has_decomposition() && decl->test_shapes.empty()) {
         ResultRow& row = rows.at(spec.op, spec.key(), "-");
         row.not_covered = true;
-        row.first_failure = "vendor op: unverified (its manifest gives a decomposition but no test_shapes to check it on)";
+        row.first_failure =
+            "vendor op: unverified (its manifest gives a decomposition but no test_shapes to check it on)";
         continue;
       }
       if (!find_op_cases(spec.op) && decl && decl->has_decomposition())
@@ -487,14 +495,16 @@ Report run_conformance(Runtime& rt, Device& device, const Options& options) {
       rows.at(spec.op, spec.key(), "-").first_failure = std::string("no cases: ") + e.what();
       continue;
     } catch (const std::exception& e) {
-      rows.at(spec.op, spec.key(), "-").first_failure = std::string("no cases: case generation failed: ") + e.what();
+      rows.at(spec.op, spec.key(), "-").first_failure =
+          std::string("no cases: case generation failed: ") + e.what();
       continue;
     }
     if (cases.empty()) {
       ResultRow& row = rows.at(spec.op, spec.key(), "-");
       if (spec.op.find('.') != std::string::npos) {
         row.not_covered = true;
-        row.first_failure = "vendor op: unverified (its manifest gives no decomposition and no cases are registered)";
+        row.first_failure =
+            "vendor op: unverified (its manifest gives no decomposition and no cases are registered)";
       } else {
         row.first_failure = "no cases: no generator is registered for op " + spec.op + " (register_op_cases)";
       }
@@ -511,7 +521,8 @@ Report run_conformance(Runtime& rt, Device& device, const Options& options) {
     try {
       errors = error_cases_for(kernels);
     } catch (const std::exception& e) {
-      rows.at("(errors)", "-", "errors").first_failure = std::string("building the error cases failed: ") + e.what();
+      rows.at("(errors)", "-", "errors").first_failure =
+          std::string("building the error cases failed: ") + e.what();
     }
     for (size_t i = 0; i < errors.size(); ++i) {
       const ErrorCase& e = errors[i];
@@ -591,14 +602,18 @@ Json Report::to_json() const {
 }
 
 std::string Report::table(bool failures_only) const {
-  std::vector<std::vector<std::string>> cells = {{"op", "dtype", "layout", "cases", "passed", "worst err/tol", "result"}};
+  std::vector<std::vector<std::string>> cells = {
+      {"op", "dtype", "layout", "cases", "passed", "worst err/tol", "result"}};
   for (const auto& r : rows) {
     if (failures_only && r.ok()) continue;
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%.3g", r.worst_ratio);
-    std::string result = r.not_covered ? "not covered: " + r.first_failure : r.ok() ? "ok" : "FAIL " + r.first_failure;
+    std::string result = r.not_covered ? "not covered: " + r.first_failure
+                         : r.ok()      ? "ok"
+                                       : "FAIL " + r.first_failure;
     if (result.size() > 160) result = result.substr(0, 157) + "...";
-    cells.push_back({r.op, r.dtype_key, r.layout, std::to_string(r.cases), std::to_string(r.passed), ratio, result});
+    cells.push_back(
+        {r.op, r.dtype_key, r.layout, std::to_string(r.cases), std::to_string(r.passed), ratio, result});
   }
   std::vector<size_t> width(cells[0].size(), 0);
   for (const auto& row : cells)
