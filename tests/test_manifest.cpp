@@ -2,8 +2,12 @@
 // names the file and the place.
 #include <backplane/backplane.hpp>
 
+// The validator is internal; the library exports it, so its matcher is tested here directly.
+#include "../core/src/json_schema.hpp"
+
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 using namespace backplane;
@@ -86,4 +90,108 @@ TEST_CASE("discovery follows the search path and reports unusable manifests", "[
   REQUIRE(devices.size() == 1);
   CHECK(devices[0].state == PluginState::NotLoaded);
   CHECK(devices[0].kernel_count == 3);
+}
+
+namespace {
+std::string manifest_error(const std::filesystem::path& path) {
+  try {
+    parse_manifest(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+std::string with_field(std::string text, const std::string& key, const std::string& value) {
+  const auto at = text.find("\"" + key + "\": \"");
+  REQUIRE(at != std::string::npos);
+  const auto start = at + key.size() + 5;
+  return text.replace(start, text.find('"', start) - start, value);
+}
+}  // namespace
+
+TEST_CASE("manifest strings are checked against the schema's patterns", "[manifest]") {
+  auto bad = [](const std::string& name, const std::string& text) { return manifest_error(write_manifest(name, text)); };
+  const std::string s = kGood;
+  CHECK(bad("p_ok.json", with_field(s, "name", "a.b-c_9")) == "accepted");
+  CHECK_THAT(bad("p_name.json", with_field(s, "name", "Acme")), Catch::Contains("/plugin/name") && Catch::Contains("does not match"));
+  CHECK_THAT(bad("p_name2.json", with_field(s, "name", "9acme")), Catch::Contains("/plugin/name"));
+  CHECK_THAT(bad("p_ffv.json", with_field(s, "file_format_version", "2.0.0")), Catch::Contains("/file_format_version"));
+  CHECK_THAT(bad("p_ffv2.json", with_field(s, "file_format_version", "1x0.0")), Catch::Contains("/file_format_version"));
+  CHECK_THAT(bad("p_ffv3.json", with_field(s, "file_format_version", "1.0.0.")), Catch::Contains("/file_format_version"));
+  CHECK_THAT(bad("p_abi.json", with_field(s, "abi_version", "1.")), Catch::Contains("/plugin/abi_version"));
+  CHECK_THAT(bad("p_op.json", with_field(s, "op", "add.")), Catch::Contains("/plugin/kernels/0/op"));
+  CHECK_THAT(bad("p_op2.json", with_field(s, "op", "a.b.c")), Catch::Contains("/plugin/kernels/0/op"));
+  CHECK(bad("p_op3.json", with_field(s, "op", "acme.add_2")) == "accepted");
+  // A 1 MB name: std::regex recursed once per character and overflowed the stack.
+  CHECK(bad("p_long.json", with_field(s, "name", std::string(1 << 20, 'a'))) == "accepted");
+  const auto msg = bad("p_long2.json", with_field(s, "name", std::string(1 << 20, 'a') + "!"));
+  CHECK_THAT(msg, Catch::Contains("/plugin/name") && Catch::Contains("does not match"));
+  CHECK(msg.size() < 1000);  // the message quotes the start of the string, not all of it
+}
+
+TEST_CASE("manifest schema: the pattern matcher agrees with each pattern of the schema", "[manifest]") {
+  struct Case {
+    const char* pattern;
+    std::vector<std::string> match, miss;
+  };
+  const std::vector<Case> cases = {
+      {"^1\\.[0-9]+\\.[0-9]+$", {"1.0.0", "1.10.23"}, {"", "1.0", "2.0.0", "1x0.0", "1.0.0.", " 1.0.0", "1..0", "1.a.0"}},
+      {"^[a-z][a-z0-9_.-]*$", {"a", "cpu", "a.b-c_9", "vulkan"}, {"", "Acme", "9a", "-a", "a b", "a!", "a\n"}},
+      {"^[0-9]+\\.[0-9]+$", {"1.0", "12.345"}, {"1", "1.", ".1", "1.0.0", "a.b"}},
+      {"^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)?$", {"add", "acme.add_2", "a.b"}, {"", "add.", ".add", "a.b.c", "a-b", "A.b", "a.9"}},
+      {"^[a-z][a-z0-9_]*\\.[a-z][a-z0-9_]*$", {"acme.scale", "a.b"}, {"add", "a.b.c", "a.", "a..b"}},
+      {"^[a-z_][a-z0-9_]*$", {"x", "_in", "w2"}, {"", "2w", "X", "a.b"}},
+  };
+  // Every pattern in the schema is one of the cases above.
+  std::vector<std::string> in_schema;
+  std::vector<const Json*> todo = {&detail::manifest_schema()};
+  while (!todo.empty()) {
+    const Json* j = todo.back();
+    todo.pop_back();
+    if (j->is_object() && j->contains("pattern")) in_schema.push_back((*j)["pattern"].get<std::string>());
+    if (j->is_structured())
+      for (const auto& e : *j) todo.push_back(&e);
+  }
+  CHECK(in_schema.size() >= 6);
+  for (const auto& p : in_schema) {
+    INFO(p);
+    CHECK(std::any_of(cases.begin(), cases.end(), [&](const Case& c) { return p == c.pattern; }));
+  }
+  for (const auto& c : cases) {
+    const detail::SchemaPattern p(c.pattern);
+    for (const auto& s : c.match) {
+      INFO(c.pattern << " on \"" << s << "\"");
+      CHECK(p.search(s));
+    }
+    for (const auto& s : c.miss) {
+      INFO(c.pattern << " on \"" << s << "\"");
+      CHECK_FALSE(p.search(s));
+    }
+  }
+  // Unanchored patterns match anywhere, as in JSON Schema; classes, escapes and groups.
+  CHECK(detail::SchemaPattern("b+c").search("aabbbcd"));
+  CHECK_FALSE(detail::SchemaPattern("b+c").search("aac"));
+  CHECK(detail::SchemaPattern("^ab").search("abz"));
+  CHECK_FALSE(detail::SchemaPattern("^ab").search("zab"));
+  CHECK(detail::SchemaPattern("ab$").search("zab"));
+  CHECK_FALSE(detail::SchemaPattern("ab$").search("abz"));
+  CHECK(detail::SchemaPattern("^(ab)*c?$").search("ababc"));
+  CHECK_FALSE(detail::SchemaPattern("^(ab)*c?$").search("abac"));
+  CHECK(detail::SchemaPattern("^[-a]+[\\]x-]$").search("-a-]"));
+  CHECK(detail::SchemaPattern("^\\(\\$\\)$").search("($)"));
+  CHECK(detail::SchemaPattern("").search("anything"));
+  CHECK(detail::SchemaPattern("^$").search(""));
+  CHECK_FALSE(detail::SchemaPattern("^$").search("a"));
+  // Linear time where a backtracking matcher takes exponential time.
+  CHECK_FALSE(detail::SchemaPattern("^(a*)*b$").search(std::string(100000, 'a')));
+  CHECK(detail::SchemaPattern("^((a+)?)*$").search(std::string(100000, 'a')));
+}
+
+TEST_CASE("manifest schema: patterns outside the supported subset are schema bugs", "[manifest]") {
+  for (const char* pattern : {"^a{2}$", "^a|b$", "^\\d+$", "^[^a]$", "^(?:a)$", "^a**$", "^.$", "^a^$", "^a$b", "^[z-a]$",
+                              "^(a$", "^a)$", "^[ab$", "^\\w$"}) {
+    INFO(pattern);
+    const Json schema = {{"type", "string"}, {"pattern", pattern}};
+    CHECK_THROWS_WITH(detail::validate_json(schema, "aa"), Catch::Contains("pattern") && Catch::Contains(pattern));
+  }
 }
