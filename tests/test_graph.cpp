@@ -4,6 +4,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
+#include <fstream>
+
 using namespace backplane;
 
 namespace {
@@ -105,4 +109,127 @@ TEST_CASE("graph JSON: inline constants, npy inputs and defects", "[graph]") {
              Catch::Contains("graph input 'x'") && Catch::Contains("cannot open"));
   CHECK_THAT(err(R"({"inputs": {"x": {"value": [[1], [2, 3]]}}, "nodes": [], "outputs": []})"), Catch::Contains("ragged"));
   CHECK_THAT(err(R"({"nodes": [], "outputs": [], "extra": 1})"), Catch::Contains("unknown key 'extra'"));
+}
+
+namespace {
+std::string graph_error(const std::string& text) {
+  try {
+    parse_graph_json(Json::parse(text), ".");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+// A graph whose one input 'c' is the inline constant `spec`.
+std::string constant_error(const std::string& spec) {
+  return graph_error(R"({"inputs": {"c": )" + spec + R"(}, "nodes": [], "outputs": ["c"]})");
+}
+HostTensor constant_of(const std::string& spec) {
+  GraphFile gf = parse_graph_json(Json::parse(R"({"inputs": {"c": )" + spec + R"(}, "nodes": [], "outputs": ["c"]})"), ".");
+  REQUIRE(gf.graph.inputs().size() == 1);
+  REQUIRE(gf.graph.inputs()[0].constant);
+  return *gf.graph.inputs()[0].constant;
+}
+std::filesystem::path graph_temp(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / "backplane_graph_tests";
+  std::filesystem::create_directories(dir);
+  return dir / name;
+}
+std::string file_error(const std::filesystem::path& path) {
+  try {
+    load_graph_file(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+}  // namespace
+
+TEST_CASE("graph JSON: an inline integer that does not fit its dtype is an error", "[graph]") {
+  // Stored as [44, 24] and -1 before, silently.
+  CHECK_THAT(constant_error(R"({"value": [300, -1000], "dtype": "i8"})"),
+             Catch::Contains("graph input 'c'") && Catch::Contains("300") && Catch::Contains("i8"));
+  CHECK_THAT(constant_error(R"({"value": [1, -1000], "dtype": "i8"})"), Catch::Contains("-1000") && Catch::Contains("i8"));
+  CHECK_THAT(constant_error(R"({"value": 18446744073709551615, "dtype": "i64"})"),
+             Catch::Contains("graph input 'c'") && Catch::Contains("18446744073709551615") && Catch::Contains("i64"));
+  CHECK_THAT(constant_error(R"({"value": [-1], "dtype": "u8"})"), Catch::Contains("-1") && Catch::Contains("u8"));
+  CHECK_THAT(constant_error(R"({"value": [256], "dtype": "u8"})"), Catch::Contains("256") && Catch::Contains("u8"));
+  CHECK_THAT(constant_error(R"({"value": [2147483648], "dtype": "i32"})"), Catch::Contains("2147483648"));
+  CHECK_THAT(constant_error(R"({"value": [-32769], "dtype": "i16"})"), Catch::Contains("-32769"));
+  // bool: true/false/0/1 only.
+  CHECK_THAT(constant_error(R"({"value": [0, 2], "dtype": "bool"})"), Catch::Contains("2") && Catch::Contains("bool"));
+  CHECK_THAT(constant_error(R"({"value": [-1], "dtype": "bool"})"), Catch::Contains("bool"));
+  CHECK_THAT(constant_error(R"({"value": [0.5], "dtype": "bool"})"), Catch::Contains("bool"));
+  // A float for an integer dtype stays an error.
+  CHECK_THAT(constant_error(R"({"value": [3.5], "dtype": "i32"})"), Catch::Contains("not an integer"));
+  // A float beyond the dtype's range (it became inf).
+  CHECK_THAT(constant_error(R"({"value": [1e300], "dtype": "f32"})"), Catch::Contains("graph input 'c'") && Catch::Contains("f32"));
+  CHECK_THAT(constant_error(R"({"value": [-1e39]})"), Catch::Contains("f32"));
+  CHECK_THAT(constant_error(R"({"value": [70000], "dtype": "f16"})"), Catch::Contains("70000") && Catch::Contains("f16"));
+  CHECK_THAT(constant_error(R"({"value": [1e39], "dtype": "bf16"})"), Catch::Contains("bf16"));
+
+  // The edges of each range are exact.
+  auto i64 = constant_of(R"({"value": [-9223372036854775808, 9223372036854775807], "dtype": "i64"})");
+  CHECK(i64.get_int(0) == INT64_MIN);
+  CHECK(i64.get_int(1) == INT64_MAX);
+  auto i8 = constant_of(R"({"value": [-128, 127], "dtype": "i8"})");
+  CHECK(i8.get_int(0) == -128);
+  CHECK(i8.get_int(1) == 127);
+  CHECK(constant_of(R"({"value": [255], "dtype": "u8"})").get_int(0) == 255);
+  auto b = constant_of(R"({"value": [true, false, 0, 1], "dtype": "bool"})");
+  CHECK(b.get_int(0) == 1);
+  CHECK(b.get_int(1) == 0);
+  CHECK(b.get_int(3) == 1);
+  CHECK(constant_of(R"({"value": [65504], "dtype": "f16"})").get(0) == 65504.0);
+  CHECK(constant_of(R"({"value": [1e300], "dtype": "f64"})").get(0) == 1e300);
+  CHECK(constant_of(R"({"value": [18446744073709551615], "dtype": "f32"})").get(0) == Approx(1.8446744e19));
+}
+
+TEST_CASE("graph JSON: inline shapes whose element count overflows are errors", "[graph]") {
+  // 2^32 x 2^32 x 4 wrapped to 0 elements: an empty constant, silently.
+  CHECK_THAT(constant_error(R"({"value": 1, "shape": [4294967296, 4294967296, 4]})"),
+             Catch::Contains("graph input 'c'") && Catch::Contains("overflows"));
+  CHECK_THAT(constant_error(R"({"value": 1, "shape": [4611686018427387904, 2]})"), Catch::Contains("overflows"));
+  CHECK_THAT(constant_error(R"({"value": 1, "shape": [18446744073709551615]})"),
+             Catch::Contains("graph input 'c'") && Catch::Contains("'shape'"));
+  CHECK_THAT(constant_error(R"({"value": 1, "shape": [-1]})"), Catch::Contains("'shape'"));
+  // A scalar repeated over a sane shape still works.
+  auto t = constant_of(R"({"value": 7, "dtype": "i16", "shape": [3, 2]})");
+  CHECK(t.shape == Shape{3, 2});
+  CHECK(t.get_int(5) == 7);
+}
+
+TEST_CASE("graph JSON: an empty outputs list is an error", "[graph]") {
+  // It ran nothing and exited 0.
+  CHECK_THAT(graph_error(R"({"inputs": {"x": {"value": [1]}}, "nodes": [{"name": "y", "op": "relu", "inputs": ["x"]}],
+                            "outputs": []})"),
+             Catch::Contains("'outputs' is empty"));
+}
+
+TEST_CASE("graph files: FIFOs and oversized or deeply nested files are refused", "[graph]") {
+  const auto fifo = graph_temp("fifo.json");
+  std::filesystem::remove(fifo);
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  // Opening it blocked `backplane run` for ever.
+  CHECK_THAT(file_error(fifo), Catch::Contains("fifo.json") && Catch::Contains("is not a regular file"));
+  // A FIFO named as an .npy input.
+  const auto npy_fifo = graph_temp("x_fifo.npy");
+  std::filesystem::remove(npy_fifo);
+  REQUIRE(mkfifo(npy_fifo.c_str(), 0600) == 0);
+  const auto g = graph_temp("reads_fifo.json");
+  std::ofstream(g) << R"({"inputs": {"x": "x_fifo.npy"}, "nodes": [], "outputs": ["x"]})";
+  CHECK_THAT(file_error(g), Catch::Contains("graph input 'x'") && Catch::Contains("is not a regular file"));
+  std::filesystem::remove(fifo);
+  std::filesystem::remove(npy_fifo);
+  // Over the size cap (a sparse file: nothing is written or read).
+  const auto big = graph_temp("big.json");
+  std::ofstream(big).close();
+  std::filesystem::resize_file(big, (uint64_t{256} << 20) + 1);
+  CHECK_THAT(file_error(big), Catch::Contains("big.json") && Catch::Contains("256 MiB"));
+  std::filesystem::remove(big);
+  // Nesting 200000 deep overflowed the stack in the JSON parser.
+  const auto deep = graph_temp("deep.json");
+  std::ofstream(deep) << R"({"nodes": [], "outputs": ["x"], "inputs": {"x": {"value": )" << std::string(200000, '[')
+                      << std::string(200000, ']') << "}}}";
+  CHECK_THAT(file_error(deep), Catch::Contains("deep.json") && Catch::Contains("nested"));
 }

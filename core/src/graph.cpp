@@ -1,7 +1,11 @@
 // Graphs built in code and graph files (ARCHITECTURE.md).
+#include "checked.hpp"
+#include "input_files.hpp"
 #include "ops.hpp"
 
-#include <fstream>
+#include <cmath>
+#include <cstring>
+#include <limits>
 
 namespace backplane {
 
@@ -64,6 +68,14 @@ std::map<std::string, std::pair<bp_dtype, Shape>> infer_graph(const Graph& graph
 
 namespace {
 
+// A JSON value for a message: scalars as written (64 characters at most),
+// lists and objects by their kind.
+std::string brief(const Json& v) {
+  if (v.is_structured()) return v.is_array() ? "a list" : "an object";
+  std::string s = v.dump();
+  return s.size() <= 64 ? s : s.substr(0, 64) + "...";
+}
+
 // Nested JSON arrays -> shape + flat values.
 void flatten(const Json& v, size_t depth, Shape& shape, std::vector<const Json*>& flat, const std::string& where) {
   if (v.is_array()) {
@@ -81,46 +93,89 @@ void flatten(const Json& v, size_t depth, Shape& shape, std::vector<const Json*>
   flat.push_back(&v);
 }
 
+// Stores JSON value e as element i of t, or throws naming the value: an
+// integer must fit an integer dtype (its JSON kind, unsigned or signed, is
+// used as is, so nothing wraps), bool takes true/false/0/1, and a float
+// dtype takes any number that stays finite in it.
+void set_element(HostTensor& t, int64_t i, const Json& e, const std::string& where) {
+  const std::string dt(dtype_name(t.dtype));
+  if (e.is_boolean()) return t.set_int(i, e.get<bool>() ? 1 : 0);
+  if (is_float(t.dtype)) {
+    t.set(i, e.get<double>());
+    if (!std::isfinite(t.get(i)))
+      throw Error(where + ": value " + brief(e) + " is out of the range of " + dt);
+    return;
+  }
+  if (t.dtype == BP_DTYPE_BOOL) {
+    const bool ok = (e.is_number_unsigned() && e.get<uint64_t>() <= 1) ||
+                    (e.is_number_integer() && !e.is_number_unsigned() && (e.get<int64_t>() == 0 || e.get<int64_t>() == 1));
+    if (!ok) throw Error(where + ": value " + brief(e) + " is not a bool (takes true, false, 0 or 1)");
+    return t.set_int(i, e.get<int64_t>());
+  }
+  if (e.is_number_float()) throw Error(where + ": " + brief(e) + " is not an integer for dtype " + dt);
+  int64_t lo = 0;
+  uint64_t hi = 0;
+  visit_dtype(t.dtype, [&](auto tag) {
+    using T = dtype_t<decltype(tag)::value>;
+    if constexpr (std::is_integral_v<T>) {
+      lo = std::numeric_limits<T>::min();
+      hi = std::numeric_limits<T>::max();
+    }
+  });
+  bool fits = false;
+  if (e.is_number_unsigned()) {
+    fits = e.get<uint64_t>() <= hi;
+  } else {
+    const int64_t v = e.get<int64_t>();
+    fits = v >= lo && (v < 0 || static_cast<uint64_t>(v) <= hi);
+  }
+  if (!fits)
+    throw Error(where + ": value " + brief(e) + " does not fit " + dt + " (" + std::to_string(lo) + " to " +
+                std::to_string(hi) + ")");
+  // In range, so an unsigned value fits int64 too.
+  t.set_int(i, e.is_number_unsigned() ? static_cast<int64_t>(e.get<uint64_t>()) : e.get<int64_t>());
+}
+
 HostTensor inline_value(const Json& spec, const std::string& where) {
   bp_dtype dtype = BP_DTYPE_F32;
   if (spec.contains("dtype")) {
     if (!spec["dtype"].is_string() || !dtype_from_name(spec["dtype"].get<std::string>()))
-      throw Error(where + ": unknown dtype " + spec["dtype"].dump());
+      throw Error(where + ": unknown dtype " + brief(spec["dtype"]));
     dtype = *dtype_from_name(spec["dtype"].get<std::string>());
   }
   for (auto it = spec.begin(); it != spec.end(); ++it)
     if (it.key() != "value" && it.key() != "dtype" && it.key() != "shape")
-      throw Error(where + ": unknown key '" + it.key() + "' (takes value, dtype, shape)");
+      throw Error(where + ": unknown key " + brief(it.key()) + " (takes value, dtype, shape)");
   Shape shape;
   std::vector<const Json*> flat;
   flatten(spec["value"], 0, shape, flat, where);
   if (spec.contains("shape")) {
-    if (!spec["shape"].is_array()) throw Error(where + ": 'shape' must be a list of ints");
+    const Json& js = spec["shape"];
+    if (!js.is_array()) throw Error(where + ": 'shape' must be a list of ints");
+    if (js.size() > BP_MAX_RANK) throw Error(where + ": 'shape' has rank " + std::to_string(js.size()) + " (at most 8)");
     Shape want;
-    for (auto& d : spec["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) throw Error(where + ": 'shape' must be a list of non-negative ints");
+    for (auto& d : js) {
+      const bool ok = d.is_number_integer() &&
+                      (d.is_number_unsigned() ? d.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX) : d.get<int64_t>() >= 0);
+      if (!ok) throw Error(where + ": 'shape' must be a list of non-negative ints (of int64), found " + brief(d));
       want.push_back(d.get<int64_t>());
     }
-    if (want.size() > BP_MAX_RANK) throw Error(where + ": rank exceeds 8");
+    detail::checked_numel(want, where + ": 'shape'");
     if (!shape.empty()) {
       if (shape != want) throw Error(where + ": value has shape " + shape_str(shape) + " but 'shape' says " + shape_str(want));
     } else {
-      // A scalar repeated to fill the shape.
-      const Json* s = flat.front();
-      int64_t n = 1;
-      for (auto d : want) n *= d;
-      flat.assign(static_cast<size_t>(n), s);
-      shape = want;
+      // A scalar repeated to fill the shape: checked once, then copied.
+      HostTensor one(dtype, {});
+      set_element(one, 0, *flat.front(), where);
+      HostTensor t(dtype, want);
+      const size_t k = one.bytes.size();
+      for (size_t at = 0; at < t.bytes.size(); at += k) std::memcpy(t.bytes.data() + at, one.bytes.data(), k);
+      return t;
     }
   }
+  detail::checked_numel(shape, where);
   HostTensor t(dtype, shape);
-  for (size_t i = 0; i < flat.size(); ++i) {
-    const Json& e = *flat[i];
-    if (e.is_boolean()) t.set_int(static_cast<int64_t>(i), e.get<bool>() ? 1 : 0);
-    else if (e.is_number_integer() && !is_float(dtype)) t.set_int(static_cast<int64_t>(i), e.get<int64_t>());
-    else if (!is_float(dtype) && e.is_number_float()) throw Error(where + ": " + e.dump() + " is not an integer for dtype " + std::string(dtype_name(dtype)));
-    else t.set(static_cast<int64_t>(i), e.get<double>());
-  }
+  for (size_t i = 0; i < flat.size(); ++i) set_element(t, static_cast<int64_t>(i), *flat[i], where);
   return t;
 }
 
@@ -152,7 +207,7 @@ GraphFile parse_graph_json(const Json& j, const std::filesystem::path& base_dir)
             if (k.key() != "file" && k.key() != "dtype") throw Error(where + ": unknown key '" + k.key() + "' (takes file, dtype)");
           if (spec.contains("dtype")) {
             auto d = spec["dtype"].is_string() ? dtype_from_name(spec["dtype"].get<std::string>()) : std::nullopt;
-            if (!d) throw Error(where + ": unknown dtype " + spec["dtype"].dump());
+            if (!d) throw Error(where + ": unknown dtype " + brief(spec["dtype"]));
             override_dtype = d;
           }
         }
@@ -209,22 +264,22 @@ GraphFile parse_graph_json(const Json& j, const std::filesystem::path& base_dir)
     if (!o.is_string()) throw Error("graph: outputs must be names");
     gf.graph.output(o.get<std::string>());
   }
+  // Checked last, so a graph's other defects are named first.
+  if (j["outputs"].empty()) throw Error("graph: 'outputs' is empty: nothing would run");
   return gf;
 }
 
+// The largest graph file read: far above any hand-written graph, and below
+// what would exhaust memory as a parsed JSON tree (several times the text).
+constexpr uint64_t kMaxGraphFile = uint64_t{256} << 20;
+
 GraphFile load_graph_file(const std::filesystem::path& path) {
-  std::ifstream f(path);
-  if (!f) throw Error("graph file " + path.string() + ": cannot open");
-  Json j;
-  try {
-    j = Json::parse(f);
-  } catch (const std::exception& e) {
-    throw Error("graph file " + path.string() + ": malformed JSON: " + e.what());
-  }
+  const std::string prefix = "graph file " + path.string() + ": ";
+  const Json j = detail::parse_json_bounded(detail::read_regular_file(path, kMaxGraphFile, "256 MiB", prefix), prefix);
   try {
     return parse_graph_json(j, path.parent_path());
   } catch (const Error& e) {
-    throw Error("graph file " + path.string() + ": " + e.what());
+    throw Error(prefix + e.what(), e.code());
   }
 }
 
