@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <fstream>
 
@@ -34,7 +36,7 @@ TEST_CASE("a valid manifest is read field by field", "[manifest]") {
   CHECK(info.name == "acme");
   CHECK(info.version == "2.1");
   CHECK(info.device_kind == "accelerator");
-  CHECK(info.library_path == path.parent_path() / "libacme.so");
+  CHECK(info.library_path == std::filesystem::weakly_canonical(path.parent_path()) / "libacme.so");
   REQUIRE(info.kernels.size() == 3);
   CHECK(info.kernels[0].layouts[1] == BP_LAYOUT_CONTIGUOUS);
   CHECK(info.kernels[1].bundle_slots == 2);
@@ -194,4 +196,59 @@ TEST_CASE("manifest schema: patterns outside the supported subset are schema bug
     const Json schema = {{"type", "string"}, {"pattern", pattern}};
     CHECK_THROWS_WITH(detail::validate_json(schema, "aa"), Catch::Contains("pattern") && Catch::Contains(pattern));
   }
+}
+
+TEST_CASE("library_path stays inside the manifest's folder", "[manifest]") {
+  const std::string s = kGood;
+  // Absolute paths and '..' reached any library on the machine.
+  for (const std::string lib : {"/usr/lib/libacme.so", "../libacme.so", "sub/../../libacme.so", "sub/.."}) {
+    INFO(lib);
+    CHECK_THAT(manifest_error(write_manifest("lp.json", with_field(s, "library_path", lib))),
+               Catch::Contains("lp.json") && Catch::Contains(lib) && Catch::Contains("library_path"));
+  }
+  // A subfolder is fine.
+  const auto sub = write_manifest("lp_sub.json", with_field(s, "library_path", "sub/libacme.so"));
+  CHECK(parse_manifest(sub).library_path == std::filesystem::weakly_canonical(sub.parent_path()) / "sub" / "libacme.so");
+  // A symlink is followed and the real file recorded.
+  const auto dir = sub.parent_path();
+  std::filesystem::create_directories(dir / "real");
+  std::ofstream(dir / "real" / "libreal.so") << "x";
+  std::filesystem::remove(dir / "liblink.so");
+  std::filesystem::create_symlink("real/libreal.so", dir / "liblink.so");
+  const auto linked = write_manifest("lp_link.json", with_field(s, "library_path", "liblink.so"));
+  CHECK(parse_manifest(linked).library_path == std::filesystem::canonical(dir / "real" / "libreal.so"));
+}
+
+TEST_CASE("manifests that are FIFOs or too large or too deep are refused", "[manifest]") {
+  auto dir = std::filesystem::temp_directory_path() / "backplane_manifest_files";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  // Opening a FIFO blocked for ever.
+  REQUIRE(mkfifo((dir / "fifo.json").c_str(), 0600) == 0);
+  CHECK_THAT(manifest_error(dir / "fifo.json"), Catch::Contains("fifo.json") && Catch::Contains("is not a regular file"));
+  // Over the 4 MiB cap (sparse: nothing is written or read).
+  std::ofstream(dir / "big.json").close();
+  std::filesystem::resize_file(dir / "big.json", (uint64_t{4} << 20) + 1);
+  CHECK_THAT(manifest_error(dir / "big.json"), Catch::Contains("big.json") && Catch::Contains("4 MiB"));
+  // Nesting 200000 deep overflowed the stack in the JSON parser.
+  std::ofstream(dir / "deep.json") << R"({"plugin": )" << std::string(200000, '[') << std::string(200000, ']') << "}";
+  CHECK_THAT(manifest_error(dir / "deep.json"), Catch::Contains("deep.json") && Catch::Contains("nested"));
+}
+
+TEST_CASE("discovery skips a FIFO named like a manifest", "[manifest]") {
+  auto dir = std::filesystem::temp_directory_path() / "backplane_discovery_fifo";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "acme.json") << kGood;
+  REQUIRE(mkfifo((dir / "x.json").c_str(), 0600) == 0);
+  RuntimeOptions opts;
+  opts.use_default_path = false;
+  opts.use_environment = false;
+  opts.plugin_paths = {dir};
+  // Runtime::create (every command) blocked for ever on the FIFO.
+  auto rt = Runtime::create(opts);
+  REQUIRE(rt->plugins().size() == 1);
+  REQUIRE(rt->manifest_errors().size() == 1);
+  CHECK(rt->manifest_errors()[0].first == dir / "x.json");
+  CHECK_THAT(rt->manifest_errors()[0].second, Catch::Contains("not a regular file"));
 }

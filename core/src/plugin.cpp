@@ -2,6 +2,7 @@
 // check that a library registers exactly what its manifest says.
 #include "plugin.hpp"
 
+#include "input_files.hpp"
 #include "json_schema.hpp"
 #include "vendor_ops.hpp"
 
@@ -43,14 +44,10 @@ std::string kernel_signature(const KernelInfo& k) {
 
 PluginInfo parse_manifest(const std::filesystem::path& path) {
   const std::string where = "manifest " + path.string();
-  std::ifstream f(path);
-  if (!f) throw Error(where + ": cannot open");
-  Json j;
-  try {
-    j = Json::parse(f);
-  } catch (const std::exception& e) {
-    throw Error(where + ": malformed JSON: " + e.what());
-  }
+  // Far above any manifest (the CPU plugin's, every kernel listed, is ~100 KB).
+  constexpr uint64_t kMaxManifest = uint64_t{4} << 20;
+  const Json j =
+      detail::parse_json_bounded(detail::read_regular_file(path, kMaxManifest, "4 MiB", where + ": "), where + ": ");
   if (auto err = detail::validate_json(detail::manifest_schema(), j)) throw Error(where + ": " + *err);
   const auto& p = j["plugin"];
   PluginInfo info;
@@ -65,8 +62,19 @@ PluginInfo parse_manifest(const std::filesystem::path& path) {
       if (std::find(info.device_kinds.begin(), info.device_kinds.end(), k.get<std::string>()) == info.device_kinds.end())
         info.device_kinds.push_back(k.get<std::string>());
   info.description = p.value("description", "");
-  std::filesystem::path lib = p["library_path"].get<std::string>();
-  info.library_path = lib.is_absolute() ? lib : path.parent_path() / lib;
+  // The library lies in the manifest's folder or below it: a manifest that
+  // could name any path (absolute, or through '..') would load any library
+  // on the machine. A symlink is followed, and the file it leads to recorded.
+  const std::string lib_text = p["library_path"].get<std::string>();
+  const std::filesystem::path lib = lib_text;
+  if (lib.has_root_path())
+    throw Error(where + ": library_path \"" + lib_text + "\" is absolute; it must be relative to the manifest's folder");
+  for (const auto& part : lib)
+    if (part == "..")
+      throw Error(where + ": library_path \"" + lib_text + "\" has a '..' component; it must stay inside the manifest's folder");
+  std::error_code ec;
+  info.library_path = std::filesystem::weakly_canonical(path.parent_path() / lib, ec);
+  if (ec) info.library_path = path.parent_path() / lib;
   for (size_t i = 0; i < p["kernels"].size(); ++i) {
     const auto& k = p["kernels"][i];
     KernelInfo ki;

@@ -103,6 +103,14 @@ std::unique_ptr<Runtime> Runtime::create(RuntimeOptions options) {
     for (const auto& f : files) {
       const auto canon = std::filesystem::weakly_canonical(f, ec);
       if (!seen_files.insert(canon).second) continue;
+      // Only regular files (or links to them): opening a FIFO blocks until a
+      // writer comes, and every command scans these folders.
+      const auto st = std::filesystem::status(f, ec);
+      if (!std::filesystem::is_regular_file(st)) {
+        impl->manifest_errors.emplace_back(f, std::filesystem::exists(st) ? "not a regular file; ignored"
+                                                                          : "not a regular file (a dangling link?); ignored");
+        continue;
+      }
       try {
         PluginInfo info = parse_manifest(f);
         if (!seen_names.insert(info.name).second) {
