@@ -52,10 +52,14 @@ std::optional<bp_dtype> dtype_from_descr(std::string d) {
 // of fields, which we do not read anyway.
 constexpr uint32_t kMaxHeader = 64 * 1024;
 
-// Text from the file, shortened for a message.
+// Text from the file for a message: one line, printable, at most 40 bytes.
 std::string quote(std::string_view s) {
   constexpr size_t kMax = 40;
-  return s.size() <= kMax ? std::string(s) : std::string(s.substr(0, kMax)) + "...";
+  s = s.substr(0, s.find('\n'));
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  std::string out;
+  for (char c : s.substr(0, kMax)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return s.size() <= kMax ? out : out + "...";
 }
 
 struct Header {
