@@ -1,5 +1,7 @@
 #include <backplane/backplane.hpp>
 
+#include "checked.hpp"
+
 #include <cmath>
 #include <cstring>
 
@@ -7,9 +9,25 @@ namespace backplane {
 
 HostTensor::HostTensor(bp_dtype d, Shape s) : dtype(d), shape(std::move(s)) {
   if (dtype_size(d) == 0) throw Error("tensor: invalid dtype");
-  for (auto x : shape)
-    if (x < 0) throw Error("tensor: negative dim in shape " + shape_str(shape));
-  bytes.assign(static_cast<size_t>(numel()) * dtype_size(d), std::byte{0});
+  if (shape.size() > BP_MAX_RANK) throw Error("tensor: rank " + std::to_string(shape.size()) + " exceeds 8");
+  const uint64_t n = detail::checked_bytes(shape, dtype_size(d), "tensor");
+  try {
+    bytes.assign(static_cast<size_t>(n), std::byte{0});
+  } catch (const std::exception&) {  // bad_alloc, length_error
+    throw Error("tensor of " + std::string(dtype_name(d)) + shape_str(shape) + ": cannot allocate " + std::to_string(n) +
+                    " bytes of host memory",
+                BP_ERR_OUT_OF_MEMORY);
+  }
+}
+
+void HostTensor::check_access(size_t size, bool floating, bool signed_int) const {
+  bool ok = dtype_size(dtype) == size;
+  if (floating) ok = ok && (dtype == BP_DTYPE_F32 || dtype == BP_DTYPE_F64);
+  if (signed_int)
+    ok = ok && (dtype == BP_DTYPE_I8 || dtype == BP_DTYPE_I16 || dtype == BP_DTYPE_I32 || dtype == BP_DTYPE_I64);
+  if (!ok)
+    throw Error("tensor of " + std::string(dtype_name(dtype)) + ": typed access as a " + std::to_string(size) + "-byte " +
+                (floating ? "float" : signed_int ? "signed integer" : "unsigned integer") + " does not fit its dtype");
 }
 
 int64_t HostTensor::numel() const {

@@ -33,7 +33,8 @@ bool device_has_op(const Device& dev, const std::string& op) {
 
 class Lowerer {
  public:
-  Lowerer(Runtime& rt, const Graph& g, const std::vector<Device*>& devices) : rt_(rt), g_(g) {
+  Lowerer(Runtime& rt, const Graph& g, const std::vector<Device*>& devices, const std::vector<std::string>& keep)
+      : rt_(rt), g_(g), keep_(keep) {
     l_.devices = devices;
     for (auto* d : devices) l_.align = std::max<uint64_t>(l_.align, DeviceAccess::info(*d).buffer_alignment);
   }
@@ -62,6 +63,14 @@ class Lowerer {
                     "' is a multi-output bundle; output its slots through 'view' or 'view_owned'");
       l_.roots[v.root].output = true;
       l_.outputs.push_back(out);
+    }
+    for (const auto& k : keep_) {
+      auto it = l_.by_name.find(k);
+      if (it == l_.by_name.end()) throw Error("compile: keep names '" + k + "', which is not a value of the graph");
+      if (!l_.values[it->second].slots.empty())
+        throw Error("compile: keep names '" + k + "', a multi-output bundle; keep its slots' views instead");
+      l_.roots[l_.values[it->second].root].output = true;
+      l_.kept.push_back(k);
     }
     return std::move(l_);
   }
@@ -482,6 +491,7 @@ class Lowerer {
 
   Runtime& rt_;
   const Graph& g_;
+  const std::vector<std::string>& keep_;
   Lowered l_;
   std::map<std::string, std::vector<int>> bundles_;  // vendor nodes run as decompositions: slot values
 };
@@ -503,9 +513,10 @@ std::string signature(const std::string& op, const std::vector<bp_dtype>& key) {
   return sig + ") -> " + std::string(key.empty() ? "?" : dtype_name(key.back()));
 }
 
-Lowered lower(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices) {
+Lowered lower(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices,
+              const std::vector<std::string>& keep) {
   if (devices.empty()) throw Error("compile: the device list is empty");
-  return Lowerer(rt, graph, devices).run();
+  return Lowerer(rt, graph, devices, keep).run();
 }
 
 }  // namespace backplane::detail

@@ -85,13 +85,16 @@ struct Lowered {
   std::vector<std::pair<std::string, int>> inputs;           // non-constant graph inputs
   std::vector<std::pair<int, const HostTensor*>> constants;  // value id, data
   std::vector<std::string> outputs;
+  std::vector<std::string> kept;  // CompileOptions::keep
   uint64_t align = 16;             // bundle slot alignment: the largest of the devices'
   std::vector<std::string> notes;  // decompositions used, for explain()
 
   Device* device_of(int value) const { return roots[values[value].root].device; }
 };
 
-Lowered lower(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices);
+// `keep`: values besides the graph outputs that must stay readable.
+Lowered lower(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices,
+              const std::vector<std::string>& keep = {});
 void place(Lowered& l);
 
 // "add(f32, f32) -> f32"

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <mutex>
 #include <shared_mutex>
 
 #include "lowering.hpp"
@@ -91,6 +92,9 @@ struct Step {
 }  // namespace
 
 struct Plan::Impl {
+  // First member, so it is released last: the plugins that own the cells'
+  // buffers stay loaded until the cells are freed.
+  std::shared_ptr<Runtime::Impl> runtime;
   std::vector<PlanDevice> devs;
   bool poison = false;
   std::vector<Value> values;
@@ -107,6 +111,13 @@ struct Plan::Impl {
   bool profile = false;
   std::vector<double> step_seconds;
   Plan::CompileStats stats;
+  std::vector<std::string> kept;  // CompileOptions::keep
+  std::vector<char> input_set;    // parallel to inputs
+  mutable std::mutex mu;          // one call at a time; run() holds it throughout
+
+  void set_input(const std::string& name, const HostTensor& t);
+  void execute();
+  HostTensor output(const std::string& name) const;
 
   ~Impl() {
     // Zero-copy aliases before the memory they import.
@@ -169,7 +180,7 @@ std::string bytes_str(uint64_t b) {
 // Builds a plan from a placed lowering; one per compile() call.
 class Builder {
  public:
-  Builder(Plan::Impl& p, const Lowered& l) : p_(p), l_(l) {}
+  Builder(Plan::Impl& p, const Lowered& l, uint64_t budget) : p_(p), l_(l), budget_(budget) {}
 
   void build() {
     // Values and their storage as lowered; vbuf i is root i.
@@ -183,7 +194,9 @@ class Builder {
     p_.values = l_.values;
     p_.by_name = l_.by_name;
     p_.inputs = l_.inputs;
+    p_.input_set.assign(p_.inputs.size(), 0);
     p_.outputs = l_.outputs;
+    p_.kept = l_.kept;
     p_.notes = l_.notes;
     for (const auto& n : l_.nodes) emit(n);
     // A zero-copy alias keeps the memory it imports alive as long as itself.
@@ -431,7 +444,47 @@ class Builder {
     }
   }
 
+  // What a cell holds, for messages: its largest value and who makes it.
+  std::string cell_label(size_t c) const {
+    int best = -1;
+    for (size_t i = 0; i < p_.vbufs.size(); ++i)
+      if (p_.vbufs[i].cell == static_cast<int>(c) && (best < 0 || p_.vbufs[i].size > p_.vbufs[best].size))
+        best = static_cast<int>(i);
+    if (best < 0) return "a buffer";
+    const VBuf& vb = p_.vbufs[best];
+    if (vb.def_step >= 0) return p_.steps[vb.def_step].what;
+    for (const auto& v : p_.values)
+      if (v.root == best && !v.name.empty()) return "graph input '" + v.name + "'";
+    return "a graph input";
+  }
+
+  // Before anything is allocated: each buffer within its device's limit,
+  // the plan within the runtime's budget.
+  void check_memory() {
+    uint64_t total = 0;
+    for (size_t c = 0; c < p_.cells.size(); ++c) {
+      const Cell& cell = *p_.cells[c];
+      const PlanDevice& d = p_.devs[cell.dev];
+      const uint64_t limit = DeviceAccess::info(*d.device).max_buffer_size;
+      if (limit && cell.size > limit)
+        throw Error(cell_label(c) + ": needs a buffer of " + bytes_str(cell.size) + "; device '" + d.device->name() +
+                        "' allocates at most " + bytes_str(limit),
+                    BP_ERR_OUT_OF_MEMORY);
+      total += cell.size;
+    }
+    if (budget_ && total > budget_) {
+      size_t largest = 0;
+      for (size_t c = 1; c < p_.cells.size(); ++c)
+        if (p_.cells[c]->size > p_.cells[largest]->size) largest = c;
+      throw Error("the plan needs " + bytes_str(total) + " of device buffers, over the budget of " + bytes_str(budget_) +
+                      " (max_memory_bytes); the largest buffer: " + bytes_str(p_.cells[largest]->size) + " for " +
+                      cell_label(largest),
+                  BP_ERR_OUT_OF_MEMORY);
+    }
+  }
+
   void allocate() {
+    check_memory();
     std::vector<int> alias_of_cell(p_.cells.size(), -1);
     for (size_t i = 0; i < p_.vbufs.size(); ++i)
       if (p_.vbufs[i].alias_of >= 0) alias_of_cell[p_.vbufs[i].cell] = static_cast<int>(i);
@@ -545,6 +598,7 @@ class Builder {
 
   Plan::Impl& p_;
   const Lowered& l_;
+  uint64_t budget_;
   std::map<std::pair<int, int>, int> moved_;  // (value, device) -> transferred value
 };
 
@@ -601,40 +655,66 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
   bool has_vendor_op = false;
   for (const auto& n : graph.nodes()) has_vendor_op = has_vendor_op || detail::is_custom_op(n.op);
   if (!has_vendor_op) infer_graph(graph);
-  const auto t0 = std::chrono::steady_clock::now();
-  Lowered l = detail::lower(*this, graph, devices);
-  detail::place(l);
-  const auto t1 = std::chrono::steady_clock::now();
-  Plan plan;
-  plan.impl_ = std::make_unique<Plan::Impl>();
-  auto& p = *plan.impl_;
-  p.poison = options.poison_outputs;
-  p.profile = options.profile;
-  Builder(p, l).build();
-  p.step_seconds.assign(p.steps.size(), 0.0);
-  p.stats.placement_seconds = std::chrono::duration<double>(t1 - t0).count();
-  p.stats.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  for (auto& d : p.devs) d.ctx.host = &impl_->host;
-  return plan;
+  try {
+    const auto t0 = std::chrono::steady_clock::now();
+    Lowered l = detail::lower(*this, graph, devices, options.keep);
+    detail::place(l);
+    const auto t1 = std::chrono::steady_clock::now();
+    Plan plan;
+    plan.impl_ = std::make_unique<Plan::Impl>();
+    auto& p = *plan.impl_;
+    p.runtime = impl_;
+    p.poison = options.poison_outputs;
+    p.profile = options.profile;
+    Builder(p, l, impl_->options.max_memory_bytes).build();
+    p.step_seconds.assign(p.steps.size(), 0.0);
+    p.stats.placement_seconds = std::chrono::duration<double>(t1 - t0).count();
+    p.stats.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    for (auto& d : p.devs) d.ctx.host = &impl_->host;
+    return plan;
+  } catch (const std::bad_alloc&) {
+    throw Error("compile: out of host memory (the graph's shapes need more than this machine has)", BP_ERR_OUT_OF_MEMORY);
+  }
+}
+
+void Plan::Impl::set_input(const std::string& name, const HostTensor& t) {
+  auto it = std::find_if(inputs.begin(), inputs.end(), [&](auto& e) { return e.first == name; });
+  if (it == inputs.end()) throw Error("the graph has no (non-constant) input named '" + name + "'");
+  const auto& v = values[it->second];
+  if (t.dtype != v.dtype || t.shape != v.shape)
+    throw Error("input '" + name + "': expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) + ", got " +
+                std::string(dtype_name(t.dtype)) + shape_str(t.shape));
+  const uint64_t want = v.bytes();
+  if (t.nbytes() != want)
+    throw Error("input '" + name + "': the tensor holds " + std::to_string(t.nbytes()) + " bytes; " +
+                std::string(dtype_name(v.dtype)) + shape_str(v.shape) + " needs " + std::to_string(want));
+  Cell& c = cell_of(v);
+  std::unique_lock<std::shared_mutex> lk(c.mu);
+  write_bytes(c, v.byte_offset, t.data(), want);
+  input_set[static_cast<size_t>(it - inputs.begin())] = 1;
 }
 
 void Plan::set_input(const std::string& name, const HostTensor& t) {
   if (!impl_) throw Error("set_input on an empty plan");
-  auto& p = *impl_;
-  auto it = std::find_if(p.inputs.begin(), p.inputs.end(), [&](auto& e) { return e.first == name; });
-  if (it == p.inputs.end()) throw Error("the graph has no (non-constant) input named '" + name + "'");
-  const auto& v = p.values[it->second];
-  if (t.dtype != v.dtype || t.shape != v.shape)
-    throw Error("input '" + name + "': expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) +
-                ", got " + std::string(dtype_name(t.dtype)) + shape_str(t.shape));
-  Cell& c = p.cell_of(v);
-  std::unique_lock<std::shared_mutex> lk(c.mu);
-  p.write_bytes(c, v.byte_offset, t.data(), t.nbytes());
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->set_input(name, t);
 }
 
 void Plan::execute() {
   if (!impl_) throw Error("execute on an empty plan");
-  auto& p = *impl_;
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  try {
+    impl_->execute();
+  } catch (const std::bad_alloc&) {
+    throw Error("running the plan: out of host memory", BP_ERR_OUT_OF_MEMORY);
+  }
+}
+
+void Plan::Impl::execute() {
+  auto& p = *this;
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    if (!p.input_set[i])
+      throw Error("input '" + p.inputs[i].first + "' was never set (Plan::set_input or run)", BP_ERR_INVALID_ARGUMENT);
   RunLocks locks(p.lock_order);
   // Which devices have work enqueued since their last synchronize.
   std::vector<char> pending(p.devs.size(), 0);
@@ -726,7 +806,18 @@ void Plan::execute() {
 
 HostTensor Plan::output(const std::string& name) const {
   if (!impl_) throw Error("output on an empty plan");
-  const auto& p = *impl_;
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->output(name);
+}
+
+HostTensor Plan::Impl::output(const std::string& name) const {
+  const auto& p = *this;
+  if (std::find(outputs.begin(), outputs.end(), name) == outputs.end() &&
+      std::find(kept.begin(), kept.end(), name) == kept.end()) {
+    if (!by_name.count(name)) throw Error("plan has no value named '" + name + "'");
+    throw Error("'" + name + "' is not a graph output: its buffer may hold another value by now; name it in " +
+                "CompileOptions::keep (or make it an output) to read it");
+  }
   const Value& v = p.value(name);
   if (!v.slots.empty()) throw Error("'" + name + "' is a bundle; read its slots through 'view'");
   HostTensor t(v.dtype, v.shape);
@@ -759,13 +850,18 @@ HostTensor Plan::output(const std::string& name) const {
 
 std::map<std::string, HostTensor> Plan::run(const std::map<std::string, HostTensor>& inputs) {
   if (!impl_) throw Error("run on an empty plan");
+  std::lock_guard<std::mutex> lk(impl_->mu);
   for (const auto& [name, _] : impl_->inputs)
     if (!inputs.count(name)) throw Error("input '" + name + "' was not given");
-  for (const auto& [name, t] : inputs) set_input(name, t);
-  execute();
-  std::map<std::string, HostTensor> out;
-  for (const auto& name : impl_->outputs) out[name] = output(name);
-  return out;
+  try {
+    for (const auto& [name, t] : inputs) impl_->set_input(name, t);
+    impl_->execute();
+    std::map<std::string, HostTensor> out;
+    for (const auto& name : impl_->outputs) out[name] = impl_->output(name);
+    return out;
+  } catch (const std::bad_alloc&) {
+    throw Error("running the plan: out of host memory", BP_ERR_OUT_OF_MEMORY);
+  }
 }
 
 std::vector<std::string> Plan::describe() const {
@@ -787,6 +883,7 @@ std::vector<Plan::Transfer> Plan::transfers() const {
 std::vector<Plan::StepTime> Plan::profile() const {
   std::vector<StepTime> out;
   if (!impl_ || !impl_->profile) return out;
+  std::lock_guard<std::mutex> lk(impl_->mu);
   for (size_t s = 0; s < impl_->steps.size(); ++s) {
     const Step& st = impl_->steps[s];
     out.push_back({st.what, impl_->devs[st.dev].device->name(), st.transfer, impl_->step_seconds[s]});

@@ -18,6 +18,17 @@ namespace {
 
 std::string sv(bp_string s) { return s.data ? std::string(s.data, s.len) : std::string(); }
 
+// A string from a plugin, at most `cap` bytes of it: a plugin's message or
+// name cannot flood the host's memory or its user's terminal.
+std::string capped(bp_string s, size_t cap) {
+  if (!s.data) return {};
+  if (s.len <= cap) return std::string(s.data, s.len);
+  return std::string(s.data, cap) + "... (" + std::to_string(s.len - cap) + " more bytes cut)";
+}
+
+constexpr size_t kMaxMessage = 64 * 1024;
+constexpr uint32_t kMaxDevices = 1024;
+
 const char* layout_name(bp_layout_capability c) { return c == BP_LAYOUT_STRIDED ? "strided" : "contiguous"; }
 
 using EntryFn = bp_status_code(const bp_plugin_query*, const bp_plugin_api**);
@@ -202,7 +213,7 @@ Plugin::~Plugin() { unload(); }
 
 std::string Plugin::take_error(bp_error* e) const {
   if (!e) return {};
-  std::string msg = sv(api_->error_message(e));
+  std::string msg = capped(api_->error_message(e), kMaxMessage);
   const auto code = api_->error_code(e);
   api_->error_destroy(e);
   if (msg.empty()) msg = "error code " + std::to_string(code);
@@ -259,24 +270,27 @@ void Plugin::load(const bp_host_api* host) {
     check(api_->initialize(host), who + ": initialize failed");
     initialized_ = true;
     const uint32_t n = api_->device_count();
+    if (n > kMaxDevices)
+      throw Error(who + ": reports " + std::to_string(n) + " devices; a plugin may have at most " +
+                  std::to_string(kMaxDevices));
     for (uint32_t i = 0; i < n; ++i) {
       auto dev = std::unique_ptr<Device>(new Device());
       dev->plugin_ = this;
       check(api_->device_get(i, &dev->handle_), who + ": device " + std::to_string(i));
       dev->info_.struct_size = sizeof(bp_device_info);
       check(api_->device_info(dev->handle_, &dev->info_), who + ": device " + std::to_string(i));
-      dev->name_ = sv(dev->info_.name);
-      dev->kind_ = sv(dev->info_.kind);
+      dev->name_ = capped(dev->info_.name, 64);
+      dev->kind_ = capped(dev->info_.kind, 32);
       // One truth for a device's kind: what the manifest says the plugin's
       // devices may be, so a listing before loading never contradicts one after.
       const auto& kinds = info_.device_kinds;
       if (std::find(kinds.begin(), kinds.end(), dev->kind_) == kinds.end()) {
         std::string allowed;
         for (const auto& k : kinds) allowed += (allowed.empty() ? "" : ", ") + k;
-        throw Error(who + ": device '" + sv(dev->info_.name) + "' reports kind '" + dev->kind_ +
+        throw Error(who + ": device '" + dev->name_ + "' reports kind '" + dev->kind_ +
                     "', which its manifest does not list (device_kind/device_kinds: " + allowed + ")");
       }
-      dev->description_ = sv(dev->info_.description);
+      dev->description_ = capped(dev->info_.description, 256);
       if (dev->name_.empty()) throw Error(who + ": device " + std::to_string(i) + " has no name");
       if (dev->info_.buffer_alignment == 0) dev->info_.buffer_alignment = 16;
       dev->supported_.assign(table.size(), true);

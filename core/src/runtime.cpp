@@ -57,14 +57,13 @@ std::filesystem::path default_plugin_dir() {
   return std::filesystem::path(self.parent_path().string()) / "backplane";
 }
 
-Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Runtime::~Runtime() {
-  // Plugins first (their devices may use the pool), then the pool.
-  if (impl_) impl_->plugins.clear();
-}
+Runtime::Runtime(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+// Plans may still hold the Impl; the last owner unloads the plugins (before
+// the pool, which they may use: see the member order of Runtime::Impl).
+Runtime::~Runtime() = default;
 
 std::unique_ptr<Runtime> Runtime::create(RuntimeOptions options) {
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_shared<Impl>();
   impl->options = options;
   // Threads.
   int threads = options.num_threads;

@@ -115,6 +115,27 @@ struct Call {
     if (kind != BP_PARAMS_NONE)
       sdk::check(params != nullptr && params->kind == kind && params->struct_size >= sizeof(bp_op_params),
                  BP_ERR_INVALID_ARGUMENT, std::string(op) + ": wrong params variant");
+    // Every layout inside its storage, before any byte is touched (debug and
+    // release): a wrong layout is an error, never a stray read or write.
+    for (size_t i = 0; i < n_in; ++i)
+      if (has_input(i))
+        sdk::check(sdk::layout_fits(lay[i], backplane::dtype_size(in[i].dtype), 0, in[i].byte_size), BP_ERR_OUT_OF_RANGE,
+                   std::string(op) + ": the layout of input " + std::to_string(i) + " reaches outside its storage of " +
+                       std::to_string(in[i].byte_size) + " bytes");
+    if (out[0].n_slots == 0) {
+      sdk::check(sdk::layout_fits(lay[n_in], backplane::dtype_size(out[0].dtype), 0, out[0].byte_size) &&
+                     (sdk::numel(lay[n_in]) == 0 || out[0].data != nullptr),
+                 BP_ERR_OUT_OF_RANGE,
+                 std::string(op) + ": the output layout reaches outside its storage of " +
+                     std::to_string(out[0].byte_size) + " bytes");
+    } else {
+      for (uint32_t s = 0; s < out[0].n_slots; ++s)
+        sdk::check(sdk::layout_fits(out[0].slots[s].layout, backplane::dtype_size(out[0].slots[s].dtype),
+                                    out[0].slots[s].byte_offset, out[0].byte_size),
+                   BP_ERR_OUT_OF_RANGE,
+                   std::string(op) + ": bundle slot " + std::to_string(s) + " reaches outside its storage of " +
+                       std::to_string(out[0].byte_size) + " bytes");
+    }
   }
   // A bundled output's slot i.
   const bp_bundle_slot& slot(size_t i) const {

@@ -34,6 +34,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace backplane {
@@ -108,8 +109,18 @@ struct HostTensor {
   size_t nbytes() const { return bytes.size(); }
   void* data() { return bytes.data(); }
   const void* data() const { return bytes.data(); }
-  template <typename T> T* as() { return reinterpret_cast<T*>(bytes.data()); }
-  template <typename T> const T* as() const { return reinterpret_cast<const T*>(bytes.data()); }
+  // Typed access; T must fit the dtype: a floating-point T only its own
+  // dtype (float f32, double f64), a signed integer T an integer dtype of its
+  // size, an unsigned T (raw bits) any dtype of its size. Else Error.
+  template <typename T> T* as() {
+    check_access(sizeof(T), std::is_floating_point_v<T>, std::is_integral_v<T> && std::is_signed_v<T>);
+    return reinterpret_cast<T*>(bytes.data());
+  }
+  template <typename T> const T* as() const {
+    check_access(sizeof(T), std::is_floating_point_v<T>, std::is_integral_v<T> && std::is_signed_v<T>);
+    return reinterpret_cast<const T*>(bytes.data());
+  }
+  void check_access(size_t size, bool floating, bool signed_int) const;
 
   // Element i (row-major) converted to/from double (exact for every dtype
   // except i64 beyond 2^53).
@@ -169,7 +180,7 @@ class Graph {
   std::vector<std::string> outputs_;
 };
 
-// A graph file (ARCHITECTURE.md): the graph plus the input data it names.
+// A graph file (docs/architecture.md): the graph plus the input data it names.
 struct GraphFile {
   Graph graph;
   std::map<std::string, HostTensor> inputs;  // non-constant inputs, read from .npy
@@ -207,7 +218,7 @@ struct VendorOpInfo {
   std::vector<std::vector<Shape>> test_shapes;  // conformance cases: one shape per input
   std::vector<Json> test_params;                // conformance: each shape with each of these (default: {})
   double test_range[2] = {-2.0, 2.0};           // conformance: inputs drawn uniformly from [lo, hi)
-  std::string tolerance = "reduction";          // OPS.md class: "elementwise" or "reduction"
+  std::string tolerance = "reduction";          // docs/ops.md class: "elementwise" or "reduction"
   bool has_decomposition() const { return decomposition.is_object(); }
 };
 
@@ -228,7 +239,7 @@ struct PluginInfo {
   std::vector<VendorOpInfo> vendor_ops;
 };
 
-// Manifests (ARCHITECTURE.md). parse_manifest validates against the JSON
+// Manifests (docs/architecture.md). parse_manifest validates against the JSON
 // Schema in manifests/manifest.schema.json and throws Error naming the file.
 PluginInfo parse_manifest(const std::filesystem::path& path);
 Json manifest_to_json(const PluginInfo& info);
@@ -285,6 +296,9 @@ struct RuntimeOptions {
   bool use_default_path = true;  // the install's own plugin folder
   bool use_environment = true;   // BACKPLANE_PLUGIN_PATH, BACKPLANE_DEVICE, BACKPLANE_NUM_THREADS
   int num_threads = 0;           // 0 = BACKPLANE_NUM_THREADS or the cores this process may use
+  // A budget for the device buffers of one plan, all devices together
+  // (0 = none): compile() refuses a plan above it, naming the bytes.
+  uint64_t max_memory_bytes = 0;
 };
 
 class Plan;
@@ -298,6 +312,9 @@ struct CompileOptions {
   // shows in the synchronize that follows. A transfer is timed as it moves
   // bytes, after the devices it waits for are synchronized.
   bool profile = false;
+  // Values besides the graph outputs that Plan::output may read (their
+  // buffers are then never reused). Reading any other value is an error.
+  std::vector<std::string> keep;
 };
 
 class Runtime {
@@ -351,12 +368,22 @@ class Runtime {
   struct Impl;
 
  private:
-  explicit Runtime(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Runtime(std::shared_ptr<Impl> impl);
+  // Shared with every Plan compiled from it: a plan keeps its plugins loaded
+  // after the Runtime object is gone.
+  std::shared_ptr<Impl> impl_;
 };
 
-// A compiled graph bound to a device, with every buffer allocated. Running it
-// again resolves nothing and allocates nothing.
+// A compiled graph bound to its devices, with every buffer allocated. Running
+// it again resolves nothing and allocates nothing.
+//
+// Threads: every call on a Plan is safe from several threads. run() is atomic
+// as a whole (set inputs, execute, read outputs: another thread's calls on
+// the same plan wait), so concurrent run() calls never see each other's
+// inputs; the separate calls are each atomic but not together. Plans
+// compiled separately run in parallel. A Plan keeps what it needs of its
+// Runtime (plugins, thread pool) alive: it stays usable, and is destroyed
+// safely, after the Runtime object is gone.
 class Plan {
  public:
   Plan();
@@ -364,12 +391,14 @@ class Plan {
   Plan& operator=(Plan&&) noexcept;
   ~Plan();
 
-  // Copies host data into the plan's input buffer (shape and dtype must match).
+  // Copies host data into the plan's input buffer (dtype, shape and byte
+  // count must match).
   void set_input(const std::string& name, const HostTensor& value);
-  // Runs every node: locks, kernels, synchronize. Throws Error naming the node
-  // whose kernel failed.
+  // Runs every node: locks, kernels, transfers, synchronize. Throws Error
+  // naming the node whose kernel failed, or an input never set.
   void execute();
-  // Reads a graph output back into host memory (dense).
+  // Reads a graph output (or a value named in CompileOptions::keep) back
+  // into host memory (dense). Any other value is an error.
   HostTensor output(const std::string& name) const;
   // set_input for each, execute, output for each graph output.
   std::map<std::string, HostTensor> run(const std::map<std::string, HostTensor>& inputs);
@@ -426,5 +455,45 @@ class Plan {
 // Shape inference alone (no device): the dtype and shape of every value of a
 // graph, or an Error naming the node. Custom (vendor) ops need the runtime.
 std::map<std::string, std::pair<bp_dtype, Shape>> infer_graph(const Graph& graph);
+
+// ---------------------------------------------------------------------------
+// The standard op vocabulary as the core checks it: the same table that
+// validates every node's inputs and params. `backplane ops` prints it;
+// docs/ops.md's per-op tables are its Markdown form.
+
+struct OpInputInfo {
+  std::string name;
+  std::string dtypes;     // "float", "float, int", "all", "bool", "i64", "like a", ...
+  std::string shape;      // "" or what the op expects, e.g. "[N, C, H, W]"
+  bool optional = false;  // may be null or left out
+  bool variadic = false;  // repeats one or more times (concat)
+};
+struct OpParamInfo {
+  std::string name;
+  std::string kind;       // "int", "int list", "bool", "number", "string", "dtype", "dim", "dims", ...
+  bool required = false;
+  Json default_value;     // null when there is none
+  std::string absent;     // what leaving it out means, when that is not a default value
+  std::string range;      // ">= 0", "each >= 1", "!= 0", "\"none\" or \"tanh\"", ... ("" = any)
+  std::string doc;
+};
+struct OpOutputInfo {
+  std::string name;   // a bundle's slot name when the op has several outputs
+  std::string dtype;  // "like x", "bool", "i64", ...
+  std::string shape;
+};
+struct OpInfo {
+  std::string name;
+  std::string family;  // "Elementwise", "Layout ops and views", ...
+  std::string summary;
+  std::vector<OpInputInfo> inputs;
+  std::vector<OpParamInfo> params;
+  std::vector<OpOutputInfo> outputs;  // one: a plain output; more: the slots of a bundle
+};
+// Every standard op, grouped by family.
+std::vector<OpInfo> op_reference();
+// The same as Markdown tables (one per family), and as {"ops": [...]}.
+std::string op_reference_markdown();
+Json op_reference_json();
 
 }  // namespace backplane

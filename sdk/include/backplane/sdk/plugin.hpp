@@ -104,6 +104,25 @@ inline int64_t numel(const bp_layout& l) {
   return n;
 }
 
+// Whether every element `l` addresses, in elements of `elem_size` bytes
+// counted from `byte_offset`, lies inside [0, byte_size) bytes of a storage.
+// Overflow-safe: any shape or stride a host (or a hostile caller) passes.
+// An empty layout (a dim of 0) addresses nothing and always fits.
+inline bool layout_fits(const bp_layout& l, size_t elem_size, uint64_t byte_offset, uint64_t byte_size) {
+  if (l.rank > BP_MAX_RANK || elem_size == 0) return false;
+  __int128 lo = l.offset, hi = l.offset;
+  for (uint32_t i = 0; i < l.rank; ++i) {
+    if (l.shape[i] < 0) return false;
+    if (l.shape[i] == 0) return true;
+    const __int128 span = static_cast<__int128>(l.shape[i] - 1) * l.strides[i];
+    if (span < 0) lo += span;
+    else hi += span;
+  }
+  const __int128 first = static_cast<__int128>(byte_offset) + lo * static_cast<__int128>(elem_size);
+  const __int128 end = static_cast<__int128>(byte_offset) + (hi + 1) * static_cast<__int128>(elem_size);
+  return first >= 0 && end <= static_cast<__int128>(byte_size);
+}
+
 // Row-major dense with offset 0 (size-1 dims may have any stride).
 inline bool is_contiguous(const bp_layout& l) {
   int64_t expected = 1;

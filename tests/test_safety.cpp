@@ -1,0 +1,169 @@
+// Misuse of the host API and hostile plugins: each is an Error with a clear
+// message, never a crash, a wrong answer or unbounded work.
+#include <backplane/backplane.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <thread>
+
+using namespace backplane;
+
+namespace {
+
+std::unique_ptr<Runtime> cpu_runtime(uint64_t max_memory = 0) {
+  RuntimeOptions opts;
+  opts.use_environment = false;
+  opts.max_memory_bytes = max_memory;
+  return Runtime::create(opts);
+}
+
+std::unique_ptr<Runtime> fixture_runtime() {
+  RuntimeOptions opts;
+  opts.use_environment = false;
+  opts.plugin_paths = {BACKPLANE_FIXTURE_DIR};
+  return Runtime::create(opts);
+}
+
+HostTensor f32(Shape shape, std::vector<double> v) { return HostTensor::from_doubles(BP_DTYPE_F32, std::move(shape), v); }
+
+// x -> t = x + x -> y = t * x ; outputs y only.
+Graph twice_graph() {
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {4});
+  g.node("t", "add", {"x", "x"});
+  g.node("y", "mul", {"t", "x"});
+  g.output("y");
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("set_input refuses a tensor whose bytes do not match its shape", "[safety]") {
+  auto rt = cpu_runtime();
+  Plan p = rt->compile(twice_graph(), rt->device("cpu"));
+  HostTensor more = f32({4}, {1, 2, 3, 4});
+  more.bytes.resize(64);  // too many: a heap overflow before
+  CHECK_THROWS_WITH(p.set_input("x", more), Catch::Contains("input 'x': the tensor holds 64 bytes; f32[4] needs 16"));
+  HostTensor fewer = f32({4}, {1, 2, 3, 4});
+  fewer.bytes.resize(8);  // too few: stale data from an earlier run before
+  CHECK_THROWS_WITH(p.set_input("x", fewer), Catch::Contains("holds 8 bytes"));
+}
+
+TEST_CASE("execute with an input never set names the input", "[safety]") {
+  auto rt = cpu_runtime();
+  Plan p = rt->compile(twice_graph(), rt->device("cpu"));
+  CHECK_THROWS_WITH(p.execute(), Catch::Contains("input 'x' was never set"));
+  p.set_input("x", f32({4}, {1, 2, 3, 4}));
+  p.execute();
+  CHECK(p.output("y").get(3) == 32.0);
+}
+
+TEST_CASE("only outputs, or values kept at compile time, can be read", "[safety]") {
+  auto rt = cpu_runtime();
+  Plan p = rt->compile(twice_graph(), rt->device("cpu"));
+  p.run({{"x", f32({4}, {1, 2, 3, 4})}});
+  CHECK_THROWS_WITH(p.output("t"), Catch::Contains("'t' is not a graph output") && Catch::Contains("CompileOptions::keep"));
+  CHECK_THROWS_WITH(p.output("nope"), Catch::Contains("plan has no value named 'nope'"));
+  CompileOptions keep;
+  keep.keep = {"t"};
+  Plan k = rt->compile(twice_graph(), rt->device("cpu"), keep);
+  k.run({{"x", f32({4}, {1, 2, 3, 4})}});
+  CHECK(k.output("t").get(2) == 6.0);
+  keep.keep = {"missing"};
+  CHECK_THROWS_WITH(rt->compile(twice_graph(), rt->device("cpu"), keep), Catch::Contains("keep names 'missing'"));
+}
+
+TEST_CASE("typed access checks the dtype", "[safety]") {
+  HostTensor t(BP_DTYPE_F32, {2});
+  CHECK_NOTHROW(t.as<float>());
+  CHECK_NOTHROW(t.as<uint32_t>());  // raw bits of the same size
+  CHECK_THROWS_WITH(t.as<double>(), Catch::Contains("tensor of f32: typed access as a 8-byte float"));
+  CHECK_THROWS_WITH(t.as<int32_t>(), Catch::Contains("signed integer"));
+  HostTensor b(BP_DTYPE_BF16, {2});
+  CHECK_NOTHROW(b.as<uint16_t>());
+  CHECK_THROWS(b.as<int16_t>());
+  HostTensor i(BP_DTYPE_I64, {1});
+  CHECK_NOTHROW(i.as<int64_t>());
+  CHECK_THROWS(i.as<double>());
+}
+
+TEST_CASE("huge shapes are errors, not bad_alloc", "[safety]") {
+  CHECK_THROWS_WITH(HostTensor(BP_DTYPE_F32, {int64_t{1} << 40, int64_t{1} << 30}), Catch::Contains("overflows"));
+  try {
+    HostTensor(BP_DTYPE_F32, {int64_t{1} << 50});
+    FAIL("4 PiB were allocated");
+  } catch (const Error& e) {
+    CHECK(e.code() == BP_ERR_OUT_OF_MEMORY);
+    CHECK_THAT(e.what(), Catch::Contains("cannot allocate"));
+  }
+}
+
+TEST_CASE("a plan over the memory budget fails at compile time, naming the bytes", "[safety]") {
+  auto rt = cpu_runtime(1 << 20);
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {512, 1024});  // 2 MiB
+  g.node("y", "relu", {"x"});
+  g.output("y");
+  try {
+    rt->compile(g, rt->device("cpu"));
+    FAIL("4 MiB of buffers fit a 1 MiB budget");
+  } catch (const Error& e) {
+    CHECK(e.code() == BP_ERR_OUT_OF_MEMORY);
+    CHECK_THAT(e.what(), Catch::Contains("over the budget of 1048576 bytes") && Catch::Contains("max_memory_bytes"));
+  }
+}
+
+TEST_CASE("concurrent run() calls on one plan each get their own results", "[safety]") {
+  auto rt = cpu_runtime();
+  Plan p = rt->compile(twice_graph(), rt->device("cpu"));
+  std::atomic<int> wrong{0}, done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 300; ++i) {
+        const double v = t * 1000 + i;
+        auto out = p.run({{"x", f32({4}, {v, v, v, v})}});
+        if (out["y"].get(0) != static_cast<double>(static_cast<float>(2 * v * v))) ++wrong;
+        ++done;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(done == 1200);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("a plan outlives its runtime", "[safety]") {
+  Plan p;
+  {
+    auto rt = cpu_runtime();
+    p = rt->compile(twice_graph(), rt->device("cpu"));
+  }
+  auto out = p.run({{"x", f32({4}, {1, 2, 3, 4})}});
+  CHECK(out["y"].get(1) == 8.0);
+}
+
+TEST_CASE("a plugin's device count and error messages are bounded", "[safety]") {
+  auto rt = fixture_runtime();
+  rt->load_all();
+  for (const auto& p : rt->plugins())
+    if (p.name == "fx_manydevices") {
+      CHECK(p.state == PluginState::Rejected);
+      CHECK_THAT(p.rejection, Catch::Contains("reports 4294967295 devices"));
+    }
+  Graph g;
+  g.input("a", BP_DTYPE_F32, {3});
+  g.node("c", "add", {"a", "a"});
+  g.output("c");
+  Plan p = rt->compile(g, rt->device("fx_hugeerror"));
+  try {
+    p.run({{"a", f32({3}, {1, 2, 3})}});
+    FAIL("the kernel's error was lost");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    CHECK(m.size() < 70 * 1024);
+    CHECK_THAT(m, Catch::Contains("node 'c' (add)") && Catch::Contains("more bytes cut"));
+  }
+  // The CPU plugin in the same runtime keeps working.
+  CHECK(rt->run_graph(g, rt->device("cpu"), {{"a", f32({3}, {1, 2, 3})}})["c"].get(2) == 6.0);
+}
