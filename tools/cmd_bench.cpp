@@ -20,6 +20,7 @@
 #include <functional>
 #include <iostream>
 #include <random>
+#include <ctime>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -266,6 +267,23 @@ int cmd_bench(const Args& in) {
 
   RuntimeOptions opts;
   opts.num_threads = threads;
+  // Start-up: what every host pays in Runtime::create and a device listing
+  // from the manifests (CPU time of this process, median of 50).
+  double startup_cpu = -1;
+  if (filter.empty() || std::string("startup").find(filter) != std::string::npos) {
+    std::vector<double> t;
+    for (int i = 0; i < 50; ++i) {
+      timespec a{}, b{};
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+      auto probe = Runtime::create(opts);
+      const auto listing = probe->devices();
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+      if (listing.empty()) break;
+      t.push_back((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9);
+    }
+    std::sort(t.begin(), t.end());
+    if (!t.empty()) startup_cpu = t[t.size() / 2];
+  }
   auto rt = Runtime::create(opts);
   // A list: the cases run on its first device with the rest as fallback
   // (each case compiles for the whole list), then the multi-device cases.
@@ -273,6 +291,10 @@ int cmd_bench(const Args& in) {
   Device& dev = *list.front();
   Json results = Json::array();
   if (!json) std::printf("device %s (%s), %u threads\n%-26s %12s %12s\n", dev.name().c_str(), dev.description().c_str(), rt->num_threads(), "case", "time", "rate");
+  if (startup_cpu >= 0) {
+    if (json) results.push_back({{"case", "startup"}, {"cpu_seconds", startup_cpu}});
+    else std::printf("%-26s %12s %12s\n", "startup", human_time(startup_cpu).c_str(), "CPU, create + list");
+  }
   const RawVulkan raw(dev, min_time, json);
   for (auto& c : all_cases(filter)) {
     // The raw baseline first, right before the plugin's timing of the same work.

@@ -21,6 +21,25 @@ std::string preview(const HostTensor& t) {
   if (t.numel() > n) s += ", ...";
   return s + "]";
 }
+// "1048576", "64K", "512M", "2G" (powers of 1024).
+uint64_t parse_bytes(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    throw Error(what + ": '" + text + "' is not a byte count (like 512M or 2G)");
+  }
+  const std::string unit = text.substr(used);
+  int shift = 0;
+  if (unit == "K" || unit == "k") shift = 10;
+  else if (unit == "M" || unit == "m") shift = 20;
+  else if (unit == "G" || unit == "g") shift = 30;
+  else if (!unit.empty()) throw Error(what + ": unknown unit '" + unit + "' (K, M or G)");
+  if (shift && n > (~0ull >> shift)) throw Error(what + ": '" + text + "' is too large");
+  return static_cast<uint64_t>(n) << shift;
+}
+
 }  // namespace
 
 int cmd_run(const Args& in) {
@@ -29,6 +48,7 @@ int cmd_run(const Args& in) {
   const std::string out_dir = take_option(args, "--out");
   const bool json = take_switch(args, "--json");
   const bool explain = take_switch(args, "--explain");
+  const std::string max_memory = take_option(args, "--max-memory");
   if (args.empty())
     throw Error("run needs a graph file: backplane run GRAPH.json [--device NAME[,NAME...]] [--out DIR] [--explain] [--json]");
   const std::filesystem::path graph_path = args.front();
@@ -36,7 +56,9 @@ int cmd_run(const Args& in) {
   reject_leftovers(args);
 
   GraphFile gf = load_graph_file(graph_path);
-  auto rt = Runtime::create();
+  RuntimeOptions ropts;
+  if (!max_memory.empty()) ropts.max_memory_bytes = parse_bytes(max_memory, "--max-memory");
+  auto rt = Runtime::create(ropts);
   const std::vector<Device*> devices = rt->select_devices(device_name);
   const auto t0 = std::chrono::steady_clock::now();
   Plan plan = rt->compile(gf.graph, devices);
