@@ -33,7 +33,7 @@ Graph one(const std::string& op, std::vector<std::pair<bp_dtype, Shape>> ins, Js
 std::pair<bp_dtype, Shape> type_of(const Graph& g) { return infer_graph(g).at("n"); }
 }  // namespace
 
-TEST_CASE("shape inference follows OPS.md", "[graph]") {
+TEST_CASE("shape inference follows docs/ops.md", "[graph]") {
   CHECK(type_of(one("add", {{BP_DTYPE_F32, {4, 1, 3}}, {BP_DTYPE_F32, {5, 1}}})).second == Shape{4, 5, 3});
   CHECK(type_of(one("lt", {{BP_DTYPE_I32, {2}}, {BP_DTYPE_I32, {2}}})).first == BP_DTYPE_BOOL);
   CHECK(type_of(one("matmul", {{BP_DTYPE_F32, {3}}, {BP_DTYPE_F32, {7, 3, 2}}})).second == Shape{7, 2});
@@ -78,6 +78,107 @@ TEST_CASE("bad graphs are rejected with messages that name the node", "[graph]")
   g3.input("x", BP_DTYPE_F32, {4});
   g3.node("r", "relu", {"y"});
   CHECK_THAT(error_of(g3), Catch::Contains("input 'y' is not defined"));
+}
+
+TEST_CASE("params are read against the op table: names, kinds, ranges", "[graph]") {
+  const std::pair<bp_dtype, Shape> f23{BP_DTYPE_F32, {2, 3}};
+  // Unknown: the node, the op, the param and what the op takes.
+  CHECK_THAT(error_of(one("sum", {f23}, {{"dimz", 1}})),
+             Catch::Contains("node 'n' (sum): unknown param 'dimz' (takes dims, keepdim)"));
+  CHECK_THAT(error_of(one("softmax", {f23}, {{"dim", "last"}})), Catch::Contains("param 'dim' must be an integer"));
+  CHECK_THAT(error_of(one("softmax", {f23}, {{"dim", 2}})), Catch::Contains("dim 2 out of range for rank 2"));
+  CHECK_THAT(error_of(one("sum", {f23}, {{"keepdim", 1}})), Catch::Contains("param 'keepdim' must be true or false"));
+  CHECK_THAT(error_of(one("sum", {f23}, {{"dims", {1, -1}}})), Catch::Contains("dim -1 repeated"));
+  CHECK_THAT(error_of(one("gelu", {f23}, {{"approximate", "fast"}})),
+             Catch::Contains("param 'approximate' must be \"none\" or \"tanh\""));
+  CHECK_THAT(error_of(one("cast", {f23})), Catch::Contains("param 'dtype' is required"));
+  CHECK_THAT(error_of(one("cast", {f23}, {{"dtype", "f128"}})), Catch::Contains("unknown dtype 'f128'"));
+  CHECK_THAT(error_of(one("topk", {f23}, {{"k", -1}})), Catch::Contains("param 'k' must be >= 0, got -1"));
+  CHECK_THAT(error_of(one("topk", {f23}, {{"k", Json(18446744073709551615ull)}})),
+             Catch::Contains("param 'k'") && Catch::Contains("out of range"));
+  CHECK_THAT(error_of(one("slice", {f23}, {{"dim", 0}, {"step", 0}})), Catch::Contains("param 'step' must not be 0"));
+  CHECK_THAT(error_of(one("conv2d", {{BP_DTYPE_F32, {1, 1, 4, 4}}, {BP_DTYPE_F32, {1, 1, 3, 3}}}, {{"stride", 0}})),
+             Catch::Contains("param 'stride' entries must be >= 1"));
+  CHECK_THAT(error_of(one("conv2d", {{BP_DTYPE_F32, {1, 1, 4, 4}}, {BP_DTYPE_F32, {1, 1, 3, 3}}}, {{"padding", {1, 1, 1}}})),
+             Catch::Contains("param 'padding' takes an int, 2 or 4 values"));
+  CHECK_THAT(error_of(one("clamp", {{BP_DTYPE_I8, {3}}}, {{"max", 300}})),
+             Catch::Contains("param 'max' = 300 is out of range for i8"));
+  CHECK_THAT(error_of(one("clamp", {{BP_DTYPE_I32, {3}}}, {{"min", 0.5}})),
+             Catch::Contains("param 'min' must be an integer for an integer input"));
+  CHECK_THAT(error_of(one("affine", {f23}, {{"mul", std::numeric_limits<double>::infinity()}})),
+             Catch::Contains("param 'mul' must be a finite number"));
+  // Inputs: arity, dtypes and ranks, naming the input.
+  CHECK_THAT(error_of(one("add", {f23})), Catch::Contains("node 'n' (add): takes 2 inputs (a, b), got 1"));
+  CHECK_THAT(error_of(one("where", {f23, f23, f23})), Catch::Contains("input 0 (cond) has dtype f32, not bool"));
+  CHECK_THAT(error_of(one("gather", {f23, f23}, {{"dim", 0}})), Catch::Contains("input 1 (index) has dtype f32, not i64"));
+  CHECK_THAT(error_of(one("concat", {f23, {BP_DTYPE_I32, {2, 3}}}, {{"dim", 0}})),
+             Catch::Contains("input 1 (x1) has dtype i32, input 0 (x0) f32; insert a cast"));
+  CHECK_THAT(error_of(one("conv2d", {f23, f23})), Catch::Contains("input 0 (x) has shape [2, 3]; expected rank 4"));
+  CHECK_THAT(error_of(one("matmul", {{BP_DTYPE_F32, {}}, f23})), Catch::Contains("input 0 (a) has rank 0"));
+  // Defaults reach the kernel's params.
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {2, 5});
+  g.node("t", "topk", {"x"}, {{"k", 2}});
+  g.node("i", "view", {"t"}, {{"slot", 1}});
+  g.output("i");
+  CHECK(infer_graph(g).at("i") == std::pair<bp_dtype, Shape>{BP_DTYPE_I64, {2, 2}});  // dim -1 by default
+}
+
+TEST_CASE("element counts in shape inference are checked, never wrapped", "[graph]") {
+  // 8 * (2^61 + 1) wraps to 8 in int64_t: these were accepted as 8 elements.
+  CHECK_THAT(error_of(one("reshape", {{BP_DTYPE_F32, {2, 4}}}, {{"shape", {8, int64_t{2305843009213693953}}}})),
+             Catch::Contains("node 'n' (reshape)") && Catch::Contains("overflows"));
+  CHECK_THAT(error_of(one("broadcast_to", {{BP_DTYPE_F32, {2, 4}}}, {{"shape", {int64_t{2305843009213693953}, 2, 4}}})),
+             Catch::Contains("node 'n' (broadcast_to)") && Catch::Contains("overflows"));
+  // A size-0 dim does not hide the others (the dense strides would wrap).
+  CHECK_THAT(error_of(one("reshape", {{BP_DTYPE_F32, {0}}}, {{"shape", {0, int64_t{2305843009213693953}, 4}}})),
+             Catch::Contains("node 'n' (reshape)") && Catch::Contains("overflows"));
+  // Results built from sane inputs: a broadcast, a concat, a conv2d geometry.
+  CHECK_THAT(error_of(one("add", {{BP_DTYPE_F32, {int64_t{1} << 32, 1}}, {BP_DTYPE_F32, {1, int64_t{1} << 32}}})),
+             Catch::Contains("node 'n' (add)") && Catch::Contains("overflows"));
+  const std::pair<bp_dtype, Shape> big{BP_DTYPE_F32, {int64_t{1} << 61}};
+  CHECK_THAT(error_of(one("concat", {big, big, big}, {{"dim", 0}})),
+             Catch::Contains("node 'n' (concat)") && Catch::Contains("overflows"));
+  CHECK_THAT(error_of(one("conv2d", {{BP_DTYPE_F32, {1, 1, 4, 4}}, {BP_DTYPE_F32, {1, 1, 3, 3}}},
+                          {{"padding", INT64_MAX}})),
+             Catch::Contains("node 'n' (conv2d)") && Catch::Contains("overflows"));
+  CHECK_THAT(error_of(one("conv2d", {{BP_DTYPE_F32, {1, 1, 4, 4}}, {BP_DTYPE_F32, {1, 1, 3, 3}}},
+                          {{"dilation", INT64_MAX}})),
+             Catch::Contains("node 'n' (conv2d)") && Catch::Contains("overflows"));
+  // Near the limit is fine.
+  CHECK(type_of(one("reshape", {{BP_DTYPE_F32, {2, 4}}}, {{"shape", {8, 1}}})).second == Shape{8, 1});
+  // A step far beyond the dim takes one element.
+  CHECK(type_of(one("slice", {{BP_DTYPE_F32, {2, 4}}}, {{"dim", 1}, {"step", INT64_MAX}})).second == Shape{2, 1});
+  CHECK(type_of(one("slice", {{BP_DTYPE_F32, {2, 4}}}, {{"dim", 1}, {"step", INT64_MIN}})).second == Shape{2, 1});
+}
+
+TEST_CASE("matmul batch dims broadcast as NumPy's: 0 against 1 is 0", "[graph]") {
+  CHECK(type_of(one("matmul", {{BP_DTYPE_F32, {0, 7, 3}}, {BP_DTYPE_F32, {1, 3, 1}}})).second == Shape{0, 7, 1});
+  CHECK(type_of(one("matmul", {{BP_DTYPE_F32, {1, 7, 3}}, {BP_DTYPE_F32, {0, 3, 1}}})).second == Shape{0, 7, 1});
+  CHECK_THAT(error_of(one("matmul", {{BP_DTYPE_F32, {2, 7, 3}}, {BP_DTYPE_F32, {0, 3, 1}}})),
+             Catch::Contains("[2] and [0] do not broadcast"));
+}
+
+TEST_CASE("the op reference is the table inference reads", "[graph]") {
+  const auto ops = op_reference();
+  std::map<std::string, int> names;
+  for (const auto& op : ops) ++names[op.name];
+  CHECK(names.size() == ops.size());
+  for (const char* op : {"add", "matmul", "conv2d", "topk", "var_mean", "selective_scan", "view", "concat"})
+    CHECK(names.count(op) == 1);
+  const std::string md = op_reference_markdown();
+  for (const auto& op : ops) CHECK_THAT(md, Catch::Contains("| `" + op.name + "` |"));
+  for (const auto& op : ops) {
+    if (op.name != "topk") continue;
+    REQUIRE(op.outputs.size() == 2);
+    CHECK(op.outputs[0].name == "values");
+    CHECK(op.outputs[1].name == "indices");
+    REQUIRE(op.params.size() == 4);
+    CHECK(op.params[0].name == "k");
+    CHECK(op.params[0].required);
+    CHECK(op.params[1].default_value == -1);
+  }
+  CHECK(op_reference_json()["ops"].size() == ops.size());
 }
 
 TEST_CASE("graph JSON: inline constants, npy inputs and defects", "[graph]") {

@@ -1,5 +1,6 @@
-// The op vocabulary of OPS.md: params parsing (strict) and shape/dtype
-// inference, independent of any device.
+// The op vocabulary of docs/ops.md: one table of every op's inputs, params
+// and outputs; params checked strictly against it, and shape/dtype inference,
+// independent of any device.
 #pragma once
 
 #include <backplane/backplane.hpp>
