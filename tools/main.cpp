@@ -66,6 +66,9 @@ commands:
                                         across them, and placement time
   manifest LIBRARY [--kind K] [--description D] [--out FILE] [--check MANIFEST]
                                         write a plugin's manifest from the built library
+  ops [--markdown|--json] [--check DOC] [--update DOC]
+                                        the standard ops: inputs, params, dtypes, outputs;
+                                        --check fails when DOC's generated op tables differ
 
 environment:
   BACKPLANE_PLUGIN_PATH   extra folders of plugin manifests (colon-separated)
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
     if (cmd == "manifest") return cmd_manifest(args);
     if (cmd == "bench") return cmd_bench(args);
     if (cmd == "conformance") return cmd_conformance(args);
+    if (cmd == "ops") return cmd_ops(args);
     std::fprintf(stderr, "backplane: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const std::exception& e) {
