@@ -26,7 +26,7 @@ HostTensor random_f32(Shape shape, uint64_t seed, double lo = -2, double hi = 2)
   return t;
 }
 
-// Every output of `a` equals `b`'s within OPS.md's f32 reduction bound.
+// Every output of `a` equals `b`'s within docs/ops.md's f32 reduction bound.
 void check_same(const std::map<std::string, HostTensor>& a, const std::map<std::string, HostTensor>& b) {
   REQUIRE(a.size() == b.size());
   for (const auto& [name, t] : a) {

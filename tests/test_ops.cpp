@@ -668,6 +668,6 @@ TEST_CASE("outputs larger than the cache", "[ops][large]") {
     }
     const Worst w = worst_error(values(y["y"]), want);
     INFO("worst at element " << w.at);
-    CHECK(w.err <= 1e-6);  // probabilities: abs 1e-6 (OPS.md), as the error is relative to max(1, |want|)
+    CHECK(w.err <= 1e-6);  // probabilities: abs 1e-6 (docs/ops.md): the error is relative to max(1, |want|)
   });
 }

@@ -1,4 +1,4 @@
-// Graphs built in code and graph files (ARCHITECTURE.md).
+// Graphs built in code and graph files (docs/architecture.md).
 #include "checked.hpp"
 #include "input_files.hpp"
 #include "ops.hpp"

@@ -133,7 +133,7 @@ struct CaseContext {
 
 using CaseGenerator = std::function<void(CaseContext&)>;
 
-// A generator that cannot serve a kernel (its signature is not in OPS.md)
+// A generator that cannot serve a kernel (its signature is not in docs/ops.md)
 // throws this; the runner reports the kernel as failed with the reason.
 class NoCases : public std::runtime_error {
  public:
@@ -174,7 +174,7 @@ Fill with_specials(Fill base, std::vector<double> specials, double fraction = 0.
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Dtype sets of OPS.md.
+// Dtype sets of docs/ops.md.
 const std::vector<bp_dtype>& float_dtypes();
 const std::vector<bp_dtype>& int_dtypes();
 const std::vector<bp_dtype>& all_dtypes();

@@ -221,7 +221,7 @@ void where_cases(CaseContext& ctx) {
   }
 }
 
-// Values a cast from `from` to `to` can take without the error OPS.md
+// Values a cast from `from` to `to` can take without the error docs/ops.md
 // defines (float -> int of NaN, infinity or out of range).
 Fill cast_fill(bp_dtype from, bp_dtype to) {
   if (from == BP_DTYPE_BOOL) return fill_bools();

@@ -10,13 +10,13 @@ void require(bool ok, const KernelSpec& k, const std::string& what) {
   if (!ok) throw NoCases(k.op + " " + k.key() + ": " + what + " (OPS.md)");
 }
 
-// Mostly positive values: dot products do not cancel to ~0, where OPS.md's
+// Mostly positive values: dot products do not cancel to ~0, where docs/ops.md's
 // relative bound would measure rounding noise.
 Fill dot_fill() { return fill_uniform(-0.25, 1.0); }
 
 void matmul_cases(CaseContext& ctx) {
   const KernelSpec& k = ctx.kernel;
-  // OPS.md lists float; integer matmul (exact, wrapping like mul and sum) is
+  // docs/ops.md lists float; integer matmul (exact, wrapping like mul and sum) is
   // an extension the CPU plugin offers, checked exactly when claimed.
   require(k.declared_inputs() == 2 && k.in(0) == k.out() && k.in(1) == k.out() &&
               (is_float(k.out()) || is_int(k.out())),

@@ -15,7 +15,7 @@ struct ShapeParams {
   Json params;
 };
 
-// Sum-like fills stay away from cancellation, so OPS.md's relative bound is
+// Sum-like fills stay away from cancellation, so docs/ops.md's relative bound is
 // meaningful for f32 sums of 64K elements (mixed signs all the same).
 Fill sum_fill(bp_dtype d) { return is_float(d) ? fill_uniform(-0.25, 1.0) : fill_full_range(); }
 
@@ -99,7 +99,7 @@ void argreduce_cases(CaseContext& ctx, const std::string& op) {
   }
   for (size_t i = 0; i < list.size(); ++i) {
     const bool last = list[i].params.value("select_last_index", false);
-    // Ties (few distinct values), and NaN where OPS.md fixes the answer
+    // Ties (few distinct values), and NaN where docs/ops.md fixes the answer
     // (the first NaN; with select_last_index NaN is left out).
     Fill fill;
     if (is_float(d)) {

@@ -1,4 +1,4 @@
-// Comparing a device's results with a reference, with OPS.md's tolerances.
+// Comparing a device's results with a reference, with docs/ops.md's tolerances.
 #pragma once
 
 #include "conformance/reference.hpp"
@@ -7,7 +7,7 @@
 
 namespace backplane::conformance {
 
-// The op classes OPS.md gives different tolerances.
+// The op classes docs/ops.md gives different tolerances.
 enum class TolClass {
   Exact,        // arithmetic IEEE defines exactly and data movement: f64 exact
   Elementwise,  // single elementwise ops: f32 rel 1e-5
@@ -20,7 +20,7 @@ struct Tolerance {
   bool exact() const { return rel == 0 && abs == 0; }
 };
 
-// OPS.md: integers and bool exact; f64 exact for the Exact class, else
+// docs/ops.md: integers and bool exact; f64 exact for the Exact class, else
 // 1e-12; f32 1e-5 (elementwise) or 1e-4 (compound), abs 1e-6; f16 1e-2;
 // bf16 2e-2 (rel and abs).
 Tolerance tolerance_for(bp_dtype dtype, TolClass cls);

@@ -60,7 +60,7 @@ struct ResultRow {
   int64_t passed = 0;
   double worst_rel = 0;    // over elements where the relative bound governs
   double worst_abs = 0;
-  double worst_ratio = 0;  // error as a fraction of OPS.md's tolerance
+  double worst_ratio = 0;  // error as a fraction of docs/ops.md's tolerance
   std::string first_failure;
   // A vendor op ("acme.x") with neither a decomposition in its manifest nor
   // registered cases: reported as unverified, not failed (unless --strict).
@@ -96,7 +96,7 @@ Report run_conformance(Runtime& rt, Device& device, const Options& options = {})
 // Building blocks, for tests that want them one by one.
 
 // The cases for one kernel (throws NoCases when its signature is not in
-// OPS.md; an empty list when no generator is registered).
+// docs/ops.md; an empty list when no generator is registered).
 std::vector<Case> cases_for_kernel(const KernelSpec& kernel, Device& device, const Options& options);
 
 struct CaseResult {

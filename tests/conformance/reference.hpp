@@ -1,4 +1,4 @@
-// Independent f64 reference implementations of every OPS.md op.
+// Independent f64 reference implementations of every docs/ops.md op.
 //
 // They work on dense row-major HostTensors and are written to be obviously
 // correct, not fast: plain loops over multi-indices, f64 arithmetic for
@@ -84,7 +84,7 @@ struct RefTensor {
   static RefTensor from_host(const HostTensor& t);
 };
 
-// A data-dependent error that OPS.md defines (index out of range, integer
+// A data-dependent error that docs/ops.md defines (index out of range, integer
 // division by zero, float->int cast of NaN/inf/out-of-range, max of an empty
 // axis). Case generators avoid them; error cases expect them.
 class ReferenceError : public std::runtime_error {

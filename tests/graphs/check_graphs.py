@@ -3,7 +3,7 @@
 
 Writes each graph and its .npy inputs into --work, runs the command on each
 loaded device, and compares every output with NumPy in float64 within the
-OPS.md tolerances.
+docs/ops.md tolerances.
 """
 import argparse
 import json

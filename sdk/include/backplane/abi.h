@@ -338,7 +338,7 @@ enum { BP_KERNEL_FLAG_VARIADIC = 1u };
  * entry call until the library is unloaded. */
 typedef struct bp_kernel_desc {
   size_t struct_size;
-  bp_string op; /* an OPS.md name, or "vendor.op" for custom ops */
+  bp_string op; /* a docs/ops.md name, or "vendor.op" for custom ops */
   /* Dispatch key: the dtype of each input, then the output dtype (for a
    * bundle, the primary = slot 0 dtype). n_dtypes == n_inputs + 1. */
   const bp_dtype* dtypes;
