@@ -2,12 +2,14 @@
 // message, never a crash, a wrong answer or unbounded work.
 #include <backplane/backplane.hpp>
 
+#include <backplane/sdk/plugin.hpp>
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <thread>
 
 using namespace backplane;
+namespace sdk = backplane::sdk;
 
 namespace {
 
@@ -114,7 +116,7 @@ TEST_CASE("a plan over the memory budget fails at compile time, naming the bytes
   }
 }
 
-TEST_CASE("concurrent run() calls on one plan each get their own results", "[safety]") {
+TEST_CASE("concurrent run() calls on one plan each get their own results", "[safety][concurrency]") {
   auto rt = cpu_runtime();
   Plan p = rt->compile(twice_graph(), rt->device("cpu"));
   std::atomic<int> wrong{0}, done{0};
@@ -166,4 +168,41 @@ TEST_CASE("a plugin's device count and error messages are bounded", "[safety]") 
   }
   // The CPU plugin in the same runtime keeps working.
   CHECK(rt->run_graph(g, rt->device("cpu"), {{"a", f32({3}, {1, 2, 3})}})["c"].get(2) == 6.0);
+}
+
+TEST_CASE("sdk::layout_fits refuses layouts outside their storage, overflow included", "[safety]") {
+  auto layout = [](std::vector<int64_t> shape, std::vector<int64_t> strides, int64_t offset) {
+    bp_layout l{};
+    l.rank = static_cast<uint32_t>(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i) {
+      l.shape[i] = shape[i];
+      l.strides[i] = strides[i];
+    }
+    l.offset = offset;
+    return l;
+  };
+  CHECK(sdk::layout_fits(layout({2, 3}, {3, 1}, 0), 4, 0, 24));
+  CHECK_FALSE(sdk::layout_fits(layout({2, 3}, {3, 1}, 0), 4, 0, 23));
+  CHECK_FALSE(sdk::layout_fits(layout({2, 3}, {3, 1}, 1), 4, 0, 24));
+  CHECK(sdk::layout_fits(layout({3}, {-1}, 2), 4, 0, 12));   // negative stride from the end
+  CHECK_FALSE(sdk::layout_fits(layout({3}, {-1}, 1), 4, 0, 12));
+  CHECK(sdk::layout_fits(layout({4, 0}, {1000, 1}, 99999), 4, 0, 0));  // empty: touches nothing
+  CHECK(sdk::layout_fits(layout({5}, {0}, 0), 8, 64, 72));              // broadcast, at a byte offset
+  CHECK_FALSE(sdk::layout_fits(layout({5}, {0}, 0), 8, 65, 72));
+  CHECK_FALSE(sdk::layout_fits(layout({8, int64_t{1} << 61}, {int64_t{1} << 61, 1}, 0), 4, 0, 1 << 20));  // wraps
+  CHECK_FALSE(sdk::layout_fits(layout({2}, {INT64_MAX}, 0), 1, 0, UINT64_MAX));
+  CHECK_FALSE(sdk::layout_fits(layout({-1}, {1}, 0), 4, 0, 100));
+}
+
+TEST_CASE("matmul with an empty batch dim against a batch of one", "[safety]") {
+  auto rt = cpu_runtime();
+  for (const auto& [as, bs] : std::vector<std::pair<Shape, Shape>>{{{0, 7, 3}, {1, 3, 1}}, {{1, 7, 3}, {0, 3, 1}}}) {
+    Graph g;
+    g.input("a", BP_DTYPE_F32, as);
+    g.input("b", BP_DTYPE_F32, bs);
+    g.node("c", "matmul", {"a", "b"});
+    g.output("c");
+    auto out = rt->compile(g, rt->device("cpu")).run({{"a", HostTensor(BP_DTYPE_F32, as)}, {"b", HostTensor(BP_DTYPE_F32, bs)}});
+    CHECK(out["c"].shape == Shape{0, 7, 1});
+  }
 }

@@ -468,7 +468,7 @@ class Lowerer {
       for (const Layout* l : {&a, &b})
         for (size_t i = 0; i + 2 < l->rank(); ++i) {
           int64_t& d = batch[rank - l->rank() + i];
-          d = std::max(d, l->shape()[i]);
+          if (d == 1) d = l->shape()[i];  // NumPy: 1 stretches, 0 beats 1 (inference refused other mismatches)
         }
       Shape as = batch, bs = batch, os = batch;
       as.insert(as.end(), {a.shape()[a.rank() - 2], a.shape().back()});

@@ -110,17 +110,25 @@ inline int64_t numel(const bp_layout& l) {
 // An empty layout (a dim of 0) addresses nothing and always fits.
 inline bool layout_fits(const bp_layout& l, size_t elem_size, uint64_t byte_offset, uint64_t byte_size) {
   if (l.rank > BP_MAX_RANK || elem_size == 0) return false;
-  __int128 lo = l.offset, hi = l.offset;
+  int64_t lo = l.offset, hi = l.offset;
   for (uint32_t i = 0; i < l.rank; ++i) {
     if (l.shape[i] < 0) return false;
     if (l.shape[i] == 0) return true;
-    const __int128 span = static_cast<__int128>(l.shape[i] - 1) * l.strides[i];
-    if (span < 0) lo += span;
-    else hi += span;
   }
-  const __int128 first = static_cast<__int128>(byte_offset) + lo * static_cast<__int128>(elem_size);
-  const __int128 end = static_cast<__int128>(byte_offset) + (hi + 1) * static_cast<__int128>(elem_size);
-  return first >= 0 && end <= static_cast<__int128>(byte_size);
+  for (uint32_t i = 0; i < l.rank; ++i) {
+    int64_t span = 0;
+    if (__builtin_mul_overflow(l.shape[i] - 1, l.strides[i], &span)) return false;
+    if (__builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi)) return false;
+  }
+  // Bytes [byte_offset + lo*size, byte_offset + (hi+1)*size) inside [0, byte_size).
+  int64_t first = 0, end = 0, past = 0, size = static_cast<int64_t>(elem_size);
+  if (__builtin_add_overflow(hi, 1, &past) || __builtin_mul_overflow(lo, size, &first) ||
+      __builtin_mul_overflow(past, size, &end))
+    return false;
+  if (byte_offset > static_cast<uint64_t>(INT64_MAX)) return false;
+  const int64_t base = static_cast<int64_t>(byte_offset);
+  if (__builtin_add_overflow(first, base, &first) || __builtin_add_overflow(end, base, &end)) return false;
+  return first >= 0 && static_cast<uint64_t>(end) <= byte_size;
 }
 
 // Row-major dense with offset 0 (size-1 dims may have any stride).
