@@ -206,3 +206,29 @@ TEST_CASE("matmul with an empty batch dim against a batch of one", "[safety]") {
     CHECK(out["c"].shape == Shape{0, 7, 1});
   }
 }
+
+TEST_CASE("auto skips broken plugins on the path", "[safety]") {
+  auto rt = fixture_runtime();  // fx_missing, fx_noentry, fx_abi99, fx_initfail, ... beside cpu
+  const auto list = rt->select_devices("auto");
+  bool has_cpu = false;
+  for (auto* d : list) has_cpu = has_cpu || d->name() == "cpu";
+  CHECK(has_cpu);
+  for (auto* d : list) CHECK(d->plugin_name() != "fx_initfail");
+  CHECK(&rt->device("auto") == list.front());
+  Graph g;
+  g.input("a", BP_DTYPE_F32, {3});
+  g.node("s", "softmax", {"a"}, {{"dim", 0}});  // no fixture has softmax: the CPU runs it
+  g.output("s");
+  const auto out = rt->compile(g, list).run({{"a", f32({3}, {0, 0, 0})}});
+  CHECK(out.at("s").get(1) == Approx(1.0 / 3));
+}
+
+TEST_CASE("asking for a device whose manifest is broken says why", "[safety]") {
+  auto rt = fixture_runtime();  // holds fx_malformed.json and fx_schema.json
+  try {
+    rt->device("fx_malformed");
+    FAIL("a device from a malformed manifest was found");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("no device matches 'fx_malformed'") && Catch::Contains("fx_malformed.json is unusable"));
+  }
+}

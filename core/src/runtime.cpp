@@ -303,8 +303,13 @@ Device& Runtime::device(const std::string& selector_in) {
     if (p->loaded())
       for (auto& d : p->devices()) known += (known.empty() ? "" : ", ") + d->name();
   }
+  // A manifest that could not be read may be the device the user meant.
+  std::string unusable;
+  for (const auto& [path, why] : impl_->manifest_errors)
+    unusable += "\n  manifest " + path.string() + " is unusable: " + why;
   throw Error("no device matches '" + selector + "'" + (known.empty() ? "" : " (devices: " + known + ")") +
-                  (impl_->plugins.empty() ? " (no plugin manifests were found; set BACKPLANE_PLUGIN_PATH)" : "") + rejected,
+                  (impl_->plugins.empty() ? " (no plugin manifests were found; set BACKPLANE_PLUGIN_PATH)" : "") +
+                  rejected + unusable,
               BP_ERR_UNAVAILABLE);
 }
 
