@@ -18,3 +18,30 @@ add_test(NAME fuzz_corpus_replay COMMAND fuzz_replay "${PROJECT_SOURCE_DIR}/fuzz
 set_tests_properties(fuzz_corpus_replay PROPERTIES TIMEOUT 600
   ENVIRONMENT "BACKPLANE_PLUGIN_PATH=;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 
+# diff_fuzz: random valid graphs on the CPU plugin against vulkan0 (when
+# there is one), "vulkan0,cpu" and "partial0,cpu" with pinned nodes. A fixed
+# seed and count here; `diff_fuzz --seed N --count M` for longer runs.
+if(TARGET backplane_cpu)
+  add_executable(diff_fuzz diff_fuzz.cpp)
+  target_link_libraries(diff_fuzz PRIVATE Backplane::core backplane_warnings)
+  add_dependencies(diff_fuzz backplane_cpu tp_partial)
+  if(TARGET backplane_vulkan)
+    add_dependencies(diff_fuzz backplane_vulkan)
+  endif()
+  add_test(NAME diff_fuzz COMMAND diff_fuzz --seed 1 --count 200 --partial-dir "${FIXTURE_DIR}/partial")
+  set_tests_properties(diff_fuzz PROPERTIES TIMEOUT 600
+    ENVIRONMENT "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+endif()
+
+# What diff_fuzz found, minimised (tests/diff_fuzz_cases/*.json): each graph
+# file on the CPU against the other devices, as above.
+file(GLOB diff_fuzz_case_files CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/diff_fuzz_cases/*.json")
+if(TARGET diff_fuzz AND diff_fuzz_case_files)
+  set(diff_fuzz_case_args "")
+  foreach(f IN LISTS diff_fuzz_case_files)
+    list(APPEND diff_fuzz_case_args --graph "${f}")
+  endforeach()
+  add_test(NAME diff_fuzz_cases COMMAND diff_fuzz --partial-dir "${FIXTURE_DIR}/partial" ${diff_fuzz_case_args})
+  set_tests_properties(diff_fuzz_cases PROPERTIES TIMEOUT 300
+    ENVIRONMENT "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+endif()
