@@ -334,3 +334,21 @@ TEST_CASE("graph files: FIFOs and oversized or deeply nested files are refused",
                       << std::string(200000, ']') << "}}}";
   CHECK_THAT(file_error(deep), Catch::Contains("deep.json") && Catch::Contains("nested"));
 }
+
+TEST_CASE("graph JSON: ragged nested lists and oversized inline constants are refused", "[graph]") {
+  auto err = [](const std::string& value) {
+    try {
+      parse_graph_json(Json::parse(R"({"inputs": {"x": )" + value + R"(}, "nodes": [], "outputs": ["x"]})"), ".");
+      return std::string("accepted");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  };
+  // Found by the fuzzers: a number before a deeper list, a list after numbers.
+  CHECK_THAT(err(R"({"value": [1, 2, 3, []]})"), Catch::Contains("ragged"));
+  CHECK_THAT(err(R"({"value": [[1, 2, 3], [[5], [6], [7]]]})"), Catch::Contains("ragged"));
+  CHECK_THAT(err(R"({"value": [[[1]], [2]]})"), Catch::Contains("ragged"));
+  CHECK(err(R"({"value": [[], []]})") == "accepted");  // a [2, 0] tensor
+  // 90 bytes of JSON asking for 40 GB.
+  CHECK_THAT(err(R"({"value": 0, "shape": [100000, 100000]})"), Catch::Contains("the limit is 64 MiB"));
+}

@@ -68,6 +68,8 @@ std::map<std::string, std::pair<bp_dtype, Shape>> infer_graph(const Graph& graph
 
 namespace {
 
+constexpr uint64_t kMaxInlineBytes = uint64_t{64} << 20;
+
 // A JSON value for a message: scalars as written (64 characters at most),
 // lists and objects by their kind.
 std::string brief(const Json& v) {
@@ -77,9 +79,12 @@ std::string brief(const Json& v) {
 }
 
 // Nested JSON arrays -> shape + flat values.
+// Once a number has been seen, the shape is closed: a list deeper than the
+// numbers seen so far ([1, [2]], [[1, 2], [[3], [4]]]) is ragged.
 void flatten(const Json& v, size_t depth, Shape& shape, std::vector<const Json*>& flat, const std::string& where) {
   if (v.is_array()) {
     if (depth == shape.size()) {
+      if (!flat.empty()) throw Error(where + ": ragged nested lists (not a rectangular tensor)");
       if (depth >= BP_MAX_RANK) throw Error(where + ": nested deeper than rank 8");
       shape.push_back(static_cast<int64_t>(v.size()));
     } else if (shape[depth] != static_cast<int64_t>(v.size())) {
@@ -88,6 +93,8 @@ void flatten(const Json& v, size_t depth, Shape& shape, std::vector<const Json*>
     for (const auto& e : v) flatten(e, depth + 1, shape, flat, where);
     return;
   }
+  if (depth != shape.size() || (depth > 0 && shape[depth - 1] == 0))
+    throw Error(where + ": ragged nested lists (not a rectangular tensor)");
   if (depth != shape.size()) throw Error(where + ": ragged nested lists (not a rectangular tensor)");
   if (!v.is_number() && !v.is_boolean()) throw Error(where + ": values must be numbers or booleans, found " + std::string(v.type_name()));
   flat.push_back(&v);
@@ -149,6 +156,15 @@ HostTensor inline_value(const Json& spec, const std::string& where) {
   Shape shape;
   std::vector<const Json*> flat;
   flatten(spec["value"], 0, shape, flat, where);
+  if (static_cast<int64_t>(flat.size()) != detail::checked_numel(shape, where))
+    throw Error(where + ": ragged nested lists (not a rectangular tensor)");
+  // Inline constants are small by nature; big data belongs in .npy files.
+  auto check_size = [&](const Shape& s) {
+    const uint64_t bytes = detail::checked_bytes(s, dtype_size(dtype), where);
+    if (bytes > kMaxInlineBytes)
+      throw Error(where + ": an inline constant of " + shape_str(s) + " would take " + std::to_string(bytes) +
+                  " bytes; the limit is 64 MiB (give a .npy file instead)");
+  };
   if (spec.contains("shape")) {
     const Json& js = spec["shape"];
     if (!js.is_array()) throw Error(where + ": 'shape' must be a list of ints");
@@ -161,6 +177,7 @@ HostTensor inline_value(const Json& spec, const std::string& where) {
       want.push_back(d.get<int64_t>());
     }
     detail::checked_numel(want, where + ": 'shape'");
+    check_size(want);
     if (!shape.empty()) {
       if (shape != want) throw Error(where + ": value has shape " + shape_str(shape) + " but 'shape' says " + shape_str(want));
     } else {
@@ -173,7 +190,7 @@ HostTensor inline_value(const Json& spec, const std::string& where) {
       return t;
     }
   }
-  detail::checked_numel(shape, where);
+  check_size(shape);
   HostTensor t(dtype, shape);
   for (size_t i = 0; i < flat.size(); ++i) set_element(t, static_cast<int64_t>(i), *flat[i], where);
   return t;

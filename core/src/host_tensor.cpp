@@ -11,6 +11,12 @@ HostTensor::HostTensor(bp_dtype d, Shape s) : dtype(d), shape(std::move(s)) {
   if (dtype_size(d) == 0) throw Error("tensor: invalid dtype");
   if (shape.size() > BP_MAX_RANK) throw Error("tensor: rank " + std::to_string(shape.size()) + " exceeds 8");
   const uint64_t n = detail::checked_bytes(shape, dtype_size(d), "tensor");
+  // Beyond any host's memory (and what allocators, ASan's included, serve):
+  // refused before asking for it.
+  if (n > (uint64_t{1} << 40))
+    throw Error("tensor of " + std::string(dtype_name(d)) + shape_str(shape) + ": cannot allocate " + std::to_string(n) +
+                    " bytes of host memory (more than 1 TiB)",
+                BP_ERR_OUT_OF_MEMORY);
   try {
     bytes.assign(static_cast<size_t>(n), std::byte{0});
   } catch (const std::exception&) {  // bad_alloc, length_error
