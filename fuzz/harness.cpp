@@ -137,6 +137,7 @@ bool rectangular(const Json& v) {
 // What parse_graph_json accepted must have been well-formed: inline values
 // rectangular (a ragged list is refused, not read as some other shape).
 void check_accepted(const Json& j) {
+  if (!j.contains("inputs")) return;
   for (const auto& [name, spec] : j["inputs"].items())
     if (spec.is_object() && spec.contains("value") && !rectangular(spec["value"]))
       fail("parse_graph_json accepted the ragged value of input '" + name + "': " + spec["value"].dump().substr(0, 200));
