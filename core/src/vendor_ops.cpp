@@ -237,7 +237,23 @@ Json eval_param_expression(const std::string& expr, const Json& params,
   return v.d;
 }
 
-VendorOpInfo parse_vendor_op(const Json& j, const std::string& where_in) {
+namespace {
+VendorOpInfo parse_vendor_op_unchecked(const Json& j, const std::string& where_in);
+}  // namespace
+
+VendorOpInfo parse_vendor_op(const Json& j, const std::string& where) {
+  // The schema checked the shape of the entry; a JSON type error left over
+  // (a decomposition node's fields are free-form) is still the manifest's.
+  try {
+    return parse_vendor_op_unchecked(j, where);
+  } catch (const Json::exception& e) {
+    throw Error(where + ": vendor op entry: " + e.what());
+  }
+}
+
+namespace {
+
+VendorOpInfo parse_vendor_op_unchecked(const Json& j, const std::string& where_in) {
   VendorOpInfo op;
   op.op = j["op"].get<std::string>();
   const std::string where = where_in + ": vendor op '" + op.op + "'";
@@ -277,7 +293,8 @@ VendorOpInfo parse_vendor_op(const Json& j, const std::string& where_in) {
   if (!j.contains("decomposition")) return op;
   const Json& d = j["decomposition"];
   for (const auto& n : d["nodes"]) {
-    const std::string nw = where + ": decomposition node " + n.value("name", std::string("?"));
+    const std::string nw = where + ": decomposition node " +
+                           (n.contains("name") && n["name"].is_string() ? n["name"].get<std::string>() : std::string("?"));
     if (!n.contains("name") || !n["name"].is_string() || !is_identifier(n["name"].get<std::string>()))
       throw Error(nw + ": 'name' (an identifier) is required");
     if (!n.contains("op") || !n["op"].is_string()) throw Error(nw + ": 'op' is required");
@@ -307,6 +324,8 @@ VendorOpInfo parse_vendor_op(const Json& j, const std::string& where_in) {
   op.decomposition = d;
   return op;
 }
+
+}  // namespace
 
 Json vendor_params(const VendorOpInfo& op, const Node& node) {
   Json p = op.params;
