@@ -370,6 +370,8 @@ void same_outcome(const Outcome& a, const Outcome& b, const std::string& what) {
 
 const std::string& last_note() { return g_note; }
 
+void prepare() { scratch(); }
+
 void set_plugin_dirs(const std::string& dirs) {
   std::lock_guard<std::mutex> lock(g_dirs_mutex);
   g_dirs = dirs;

@@ -46,6 +46,11 @@ int manifest_one(const uint8_t* data, size_t size);
 // inferred types.
 int plan_one(const uint8_t* data, size_t size);
 
+// Creates the scratch folder the harnesses write their temporary files to
+// (else made on first use). A process that forks children to run harnesses
+// calls it first, so that they share it and it is removed when it exits.
+void prepare();
+
 // What the last harness call on this thread did, in a line ("refused: ...",
 // "accepted: ...", "ran on partial0: 2 outputs"), for fuzz_replay --verbose.
 const std::string& last_note();

@@ -186,6 +186,7 @@ int main(int argc, char** argv) {
     const auto f = files_under(p);
     files.insert(files.end(), f.begin(), f.end());
   }
+  backplane::fuzz::prepare();  // one scratch folder, shared by the children, removed at exit
   size_t runs = 0, findings = 0;
   for (const auto& file : files) {
     std::ifstream in(file, std::ios::binary);
