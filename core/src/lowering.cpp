@@ -459,6 +459,15 @@ class Lowerer {
       n.in_layouts.push_back(std::move(l));
     }
     n.out_layout = Layout::contiguous(r.out.shape);
+    // The ABI promises kernels 0 <= dim < rank: a scalar given dim 0 or -1
+    // (softmax, cumsum, argmax, gather of rank 0) is shown to them as [1],
+    // the same bytes.
+    if ((r.params.kind == BP_PARAMS_DIM || r.params.kind == BP_PARAMS_ARG_REDUCE) && !in_ids.empty() &&
+        in_ids[0] >= 0 && l_.values[in_ids[0]].shape.empty()) {
+      for (auto& l : n.in_layouts)
+        if (l.rank() == 0) l = l.unsqueeze(0);
+      if (n.out_layout.rank() == 0) n.out_layout = n.out_layout.unsqueeze(0);
+    }
     if (r.canon == Canon::Matmul) {
       Layout a = n.in_layouts[0], b = n.in_layouts[1];
       if (a.rank() == 1) a = a.unsqueeze(0);
