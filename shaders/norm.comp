@@ -121,7 +121,8 @@ void main() {
   q = group_sum(q, group);
   if (OP == 3) {
     if (!group || lid == 0u) {
-      o[obase] = SV(IN_DT, q / (CT(n) - param_ct(4)));
+      // PyTorch's divisor: max(0, N - correction) (an empty row gives 0/0, NaN).
+      o[obase] = SV(IN_DT, q / max(CT(0), CT(n) - param_ct(4)));
       o2[A(RPARAMS + 1) + ob] = SV(IN_DT, mean);
     }
     return;

@@ -60,7 +60,7 @@ CT accumulate(int base, int first, int step, int n, bool partials) {
     if (OP <= 1) {
       precise CT y = v - comp;
       precise CT t = acc + y;
-      comp = (t - acc) - y;
+      comp = isinf(t) ? CT(0) : (t - acc) - y;  // nothing to compensate once infinite
       acc = t;
       continue;
     }

@@ -23,7 +23,9 @@ void acc_add(inout Acc a, CT v) {
 #ifdef IN_FLOAT
   precise CT y = v - a.c;
   precise CT t = a.s + y;
-  a.c = (t - a.s) - y;
+  // Once the sum is infinite there is nothing to compensate (inf - inf
+  // would turn every later sum into NaN).
+  a.c = isinf(t) ? CT(0) : (t - a.s) - y;
   a.s = t;
 #else
   a.s += v;

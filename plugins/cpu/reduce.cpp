@@ -16,6 +16,7 @@
 #include "vecmath.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace backplane::cpu {
@@ -100,7 +101,11 @@ template <bp_dtype D> struct VarMeanR {
   T* var;
   T* mean;
   double correction;
-  A init(const T* first) const { return {0, 0, first ? static_cast<double>(ld(*first)) : 0.0}; }
+  // An infinite or NaN first element is no shift at all (inf - inf is NaN).
+  A init(const T* first) const {
+    const double k = first ? static_cast<double>(ld(*first)) : 0.0;
+    return {0, 0, std::isfinite(k) ? k : 0.0};
+  }
   A ident(const A& a) const { return {0, 0, a.k}; }
   void step(A& a, T v) const {
     const double d = static_cast<double>(ld(v)) - a.k;
@@ -114,7 +119,8 @@ template <bp_dtype D> struct VarMeanR {
   void finish(const A& a, int64_t n, int64_t o) const {
     const double dn = static_cast<double>(n);
     const double m = a.s1 / dn;
-    const double ss = std::max(0.0, a.s2 - a.s1 * m);
+    double ss = a.s2 - a.s1 * m;
+    if (ss < 0) ss = 0;  // rounding; NaN (an inf or NaN in the row) stays NaN
     const double div = std::max(0.0, dn - correction);  // PyTorch: max(0, N - correction)
     var[o] = st<T>(static_cast<comp_t<T>>(ss / div));
     mean[o] = st<T>(static_cast<comp_t<T>>(a.k + m));
