@@ -8,6 +8,7 @@
 // that is not JSON, goes to libFuzzer's own byte-level mutator.
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -60,45 +61,54 @@ class Mutator {
 
   void mutate(Json& root) {
     collect(root);
-    if (values_.empty()) return;
-    Json& v = *values_[pick(values_.size())];
-    switch (pick(9)) {
-      case 0: v = number(); break;
-      case 1: v = word(); break;
-      case 2: v = name(); break;
-      case 3:  // a container: copy, drop or swap elements
-        if (v.is_array() && !v.empty()) {
-          const size_t i = pick(v.size());
-          const int how = static_cast<int>(pick(3));
-          if (how == 0) v.insert(v.begin() + static_cast<std::ptrdiff_t>(pick(v.size() + 1)), Json(v[i]));
-          else if (how == 1) v.erase(i);
-          else std::swap(v[i], v[pick(v.size())]);
-        } else if (v.is_object() && !v.empty()) {
-          auto it = v.begin();
-          std::advance(it, static_cast<std::ptrdiff_t>(pick(v.size())));
-          v.erase(it);
-        } else {
-          v = Json::array({v});
-        }
-        break;
-      case 4:  // a key: added or replaced
-        if (v.is_object()) v[word()] = small_value();
-        else v = Json::object({{word(), small_value()}});
-        break;
-      case 5: v = small_value(); break;
-      case 6:  // a list of small ints (shapes, dims)
-        v = Json::array();
+    if (values_.size() < 2) return;
+    // Not the root; mostly an edit that keeps the value's type (a graph stays
+    // a graph, most of the time a valid one), sometimes any value at all.
+    Json& v = *values_[1 + pick(values_.size() - 1)];
+    if (pick(5) == 0) {
+      v = pick(2) ? small_value() : Json(*values_[pick(values_.size())]);
+      return;
+    }
+    if (v.is_number()) {
+      switch (pick(4)) {
+        case 0: v = number(); break;
+        case 1: v = static_cast<int64_t>(pick(12)) - 3; break;
+        case 2:
+          if (v.is_number_integer())  // wrapping, in unsigned arithmetic
+            v = static_cast<int64_t>(static_cast<uint64_t>(v.get<int64_t>()) + (pick(2) ? 1u : ~uint64_t{0}));
+          else
+            v = v.get<double>() * (pick(2) ? 2.0 : -0.5);
+          break;
+        default: v = std::ldexp(static_cast<double>(pick(64)) - 32, -static_cast<int>(pick(4))); break;
+      }
+    } else if (v.is_string()) {
+      v = pick(2) ? word() : name();
+    } else if (v.is_boolean()) {
+      v = !v.get<bool>();
+    } else if (v.is_array()) {
+      const int how = static_cast<int>(pick(5));
+      if (v.empty() || how == 0) {
+        v.push_back(v.empty() ? small_value() : Json(v[pick(v.size())]));
+      } else if (how == 1) {
+        v.erase(pick(v.size()));
+      } else if (how == 2) {
+        std::swap(v[pick(v.size())], v[pick(v.size())]);
+      } else if (how == 3) {
+        v.insert(v.begin() + static_cast<std::ptrdiff_t>(pick(v.size() + 1)), Json(v[pick(v.size())]));
+      } else {
+        v = Json::array();  // a list of small ints (shapes, dims)
         for (size_t n = pick(5); n > 0; --n) v.push_back(static_cast<int64_t>(pick(7)) - 2);
-        break;
-      case 7:  // another value of the same document
-        v = Json(*values_[pick(values_.size())]);
-        break;
-      default:  // a number nudged
-        if (v.is_number_integer())  // wrapping, in unsigned arithmetic
-          v = static_cast<int64_t>(static_cast<uint64_t>(v.get<int64_t>()) + (pick(2) ? 1u : ~uint64_t{0}));
-        else if (v.is_number_float()) v = v.get<double>() * (pick(2) ? 2.0 : -1.0);
-        else v = nullptr;
-        break;
+      }
+    } else if (v.is_object()) {
+      if (!v.empty() && pick(2)) {
+        auto it = v.begin();
+        std::advance(it, static_cast<std::ptrdiff_t>(pick(v.size())));
+        v.erase(it);
+      } else {
+        v[word().get<std::string>()] = small_value();
+      }
+    } else {
+      v = small_value();
     }
   }
 
@@ -110,6 +120,15 @@ class Mutator {
     if (v.is_object()) {
       for (auto it = v.begin(); it != v.end(); ++it) {
         names_.push_back(it.key());
+        // An inline constant's elements would outnumber everything else: the
+        // list is one candidate, its elements one more (the first).
+        if (it.key() == "value" && it.value().is_array()) {
+          values_.push_back(&it.value());
+          Json* first = &it.value();
+          while (first->is_array() && !first->empty()) first = &first->front();
+          values_.push_back(first);
+          continue;
+        }
         collect(it.value());
       }
     } else if (v.is_array()) {
@@ -161,7 +180,7 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
     return LLVMFuzzerMutate(data, size, max_size);
   }
   if (j.is_discarded()) return LLVMFuzzerMutate(data, size, max_size);
-  const unsigned rounds = 1 + seed % 3;
+  const unsigned rounds = seed % 4 == 1 ? 2 : 1;
   for (unsigned r = 0; r < rounds; ++r) Mutator(seed + r).mutate(j);
   const std::string text = j.dump();
   if (text.size() > max_size) return LLVMFuzzerMutate(data, size, max_size);
