@@ -266,7 +266,7 @@ class Generator {
         v.exact = false;  // its bits are given; what is computed from it is not exact
       }
     } else if (v.is_int()) {
-      const int range = std::min(one_of(std::vector<int>{3, 20, 1000}), static_cast<int>(int_max(dtype)));
+      const int range = static_cast<int>(std::min(static_cast<double>(one_of(std::vector<int>{3, 20, 1000})), int_max(dtype)));
       const int lo = dtype == BP_DTYPE_U8 ? 0 : -range;
       for (auto& x : data) x = positive ? pick(1, range) : pick(lo, range);
     } else if (dtype == BP_DTYPE_BOOL) {
