@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "checked.hpp"
 #include "ops.hpp"
 
 namespace backplane::detail {
@@ -286,7 +287,16 @@ VendorOpInfo parse_vendor_op_unchecked(const Json& j, const std::string& where_i
       std::vector<Shape> shapes;
       for (const auto& s : c) {
         if (s.size() > BP_MAX_RANK) throw Error(where + ": a test shape has rank above 8");
-        shapes.push_back(s.get<Shape>());
+        Shape shape;
+        for (const auto& d : s) {
+          // Unsigned JSON integers above 2^63 would wrap to negative int64.
+          if (!d.is_number_integer() || (d.is_number_unsigned() && d.get<uint64_t>() > uint64_t{1} << 32) ||
+              (!d.is_number_unsigned() && (d.get<int64_t>() < 0 || d.get<int64_t>() > int64_t{1} << 32)))
+            throw Error(where + ": test shape dims must be integers in [0, 2^32], found " + d.dump());
+          shape.push_back(d.get<int64_t>());
+        }
+        detail::checked_numel(shape, where + ": a test shape");
+        shapes.push_back(std::move(shape));
       }
       op.test_shapes.push_back(std::move(shapes));
     }
