@@ -37,7 +37,10 @@ Layout Layout::contiguous(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    // A 0 dim elsewhere keeps the element count small while the strides of
+    // the other dims still multiply: [0, 2^61, 4] must not wrap.
+    if (i > 0 && (__builtin_mul_overflow(s, std::max<int64_t>(shape[i], 1), &s) || s > (int64_t{1} << 62)))
+      throw Error("layout: the strides of " + shape_str(shape) + " overflow (the limit is 2^62)", BP_ERR_OUT_OF_RANGE);
   }
   return Layout(shape, std::move(strides), 0);
 }
