@@ -1,4 +1,4 @@
-// matmul and conv2d (float dtypes, as OPS.md) on one packed GEMM; conv2d
+// matmul and conv2d (float dtypes, as docs/ops.md says) on one packed GEMM; conv2d
 // packs its B operand straight from the image (implicit im2col), except the
 // 3x3 stride-1 convolutions winograd.cpp takes.
 //

@@ -1,4 +1,4 @@
-// selective_scan: Mamba's S6 recurrence (OPS.md). Every (batch, channel)
+// selective_scan: Mamba's S6 recurrence (docs/ops.md). Every (batch, channel)
 // pair carries its own state h[N] through the L steps, so pairs are the unit
 // of parallel work; the state is f32 (f64 for f64 inputs).
 #include "kernels.hpp"

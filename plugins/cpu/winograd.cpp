@@ -12,7 +12,7 @@
 // panels, run the 16 products with a register-tiled micro-kernel (up to 256
 // channels of the reduction per call), transform back, add the bias and
 // store. F(2x2, 3x3) rather than F(4x4, 3x3): the larger tile's transforms
-// (constants up to 8 and 1/24) lose accuracy that OPS.md's f32 bound for conv
+// (constants up to 8 and 1/24) lose accuracy that docs/ops.md's f32 bound for conv
 // (rel 1e-4 per element) does not leave much room for; F(2x2, 3x3) measures
 // at a few 1e-6 relative, close to the direct sum.
 #include "winograd.hpp"

@@ -416,7 +416,7 @@ void CaseContext::add(const OpSpec& spec) {
     c.graph.node("y", spec.op, node_inputs, spec.params);
     if (want.size() > 1 || kernel.bundle_slots > 0) {
       if (kernel.bundle_slots != want.size())
-        throw NoCases("the kernel declares " + std::to_string(kernel.bundle_slots) + " bundle slots, OPS.md gives " +
+        throw NoCases("the kernel declares " + std::to_string(kernel.bundle_slots) + " bundle slots, docs/ops.md gives " +
                       std::to_string(want.size()));
       // Every slot is read twice: through a zero-copy view and a copy (the
       // copy where the device has a contiguous kernel for the slot's dtype).

@@ -8,7 +8,7 @@ namespace backplane::conformance {
 namespace {
 
 void require(bool ok, const KernelSpec& k, const std::string& what) {
-  if (!ok) throw NoCases(k.op + " " + k.key() + ": " + what + " (OPS.md)");
+  if (!ok) throw NoCases(k.op + " " + k.key() + ": " + what + " (docs/ops.md)");
 }
 
 void topk_cases(CaseContext& ctx) {

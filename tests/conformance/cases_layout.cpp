@@ -51,7 +51,7 @@ std::vector<Chain> view_chains() {
 void contiguous_cases(CaseContext& ctx) {
   const KernelSpec& k = ctx.kernel;
   if (!(k.declared_inputs() == 1 && k.in(0) == k.out()))
-    throw NoCases("contiguous " + k.key() + ": contiguous maps x to like x (OPS.md)");
+    throw NoCases("contiguous " + k.key() + ": contiguous maps x to like x (docs/ops.md)");
   const bp_dtype d = k.out();
   for (const auto& shape : elementwise_shapes(ctx.large)) {
     OpSpec s;
