@@ -149,16 +149,8 @@ int cmd_demo(const Args& in) {
   if (only == "all" && devices.size() >= 2 && !reference.empty()) {
     const std::vector<Device*> list = rt->select_devices("auto");
     Device* scan_dev = list.size() >= 2 ? list[1] : list[0];
-    Graph split;
-    for (const auto& in : graph.inputs()) {
-      if (in.constant)
-        split.constant(in.name, *in.constant);
-      else
-        split.input(in.name, in.dtype, in.shape);
-    }
-    for (const auto& n : graph.nodes())
-      split.node(n.name, n.op, n.inputs, n.params, n.op == "selective_scan" ? scan_dev->name() : "");
-    for (const auto& o : graph.outputs()) split.output(o);
+    Graph split = graph;
+    split.pin("scan", scan_dev->name());
     std::string names;
     for (auto* d : list) names += (names.empty() ? "" : ",") + d->name();
     std::printf("%-9s one graph on the list %s, selective_scan pinned to %s\n", "split", names.c_str(),

@@ -30,6 +30,15 @@ void Graph::node(const std::string& name, const std::string& op, std::vector<std
 
 void Graph::output(const std::string& name) { outputs_.push_back(name); }
 
+void Graph::pin(const std::string& node, std::string device) {
+  for (auto& n : nodes_)
+    if (n.name == node) {
+      n.device = std::move(device);
+      return;
+    }
+  throw Error("pin: the graph has no node named '" + node + "'");
+}
+
 std::map<std::string, std::pair<bp_dtype, Shape>> infer_graph(const Graph& graph) {
   using detail::ValueType;
   std::map<std::string, ValueType> types;

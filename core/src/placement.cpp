@@ -77,7 +77,8 @@ void place(Lowered& l) {
     for (size_t i = 0; i < l.nodes.size(); ++i) {
       LNode& n = l.nodes[i];
       if (n.pinned || n.heavy || n.candidates.size() < 2) continue;
-      uint64_t best = cost(i, dev(static_cast<int>(i)));
+      const uint64_t before = cost(i, dev(static_cast<int>(i)));
+      uint64_t best = before;
       int best_c = n.chosen;
       for (size_t c = 0; c < n.candidates.size(); ++c) {
         const uint64_t b = cost(i, n.candidates[c].device);
@@ -87,7 +88,6 @@ void place(Lowered& l) {
         }
       }
       if (best_c != n.chosen) {
-        const uint64_t before = cost(i, dev(static_cast<int>(i)));
         n.reason = n.candidates[0].device->name() + " could run it; " + n.candidates[best_c].device->name() +
                    " keeps it beside its neighbours and moves " + std::to_string(before - best) +
                    " fewer bytes";

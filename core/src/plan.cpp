@@ -87,6 +87,7 @@ struct Step {
   int src_value = -1;
   uint64_t src_offset = 0, dst_offset = 0, bytes = 0;
   bool zero_copy = false;
+  bool import_refused = false;  // planned zero-copy; the destination refused at allocation
 };
 
 }  // namespace
@@ -105,7 +106,6 @@ struct Plan::Impl {
   std::vector<std::pair<std::string, int>> inputs;  // non-constant graph inputs
   std::vector<std::string> outputs;
   std::vector<std::pair<Cell*, bool>> lock_order;  // (cell, write)
-  std::vector<std::string> description;
   std::vector<Plan::Placement> placement;
   std::vector<std::string> notes;
   bool profile = false;
@@ -300,10 +300,6 @@ class Builder {
     st.what =
         "transfer " + name + " from " + p_.devs[from].device->name() + " to " + p_.devs[dev].device->name();
     use(v, step);
-    p_.description.push_back(st.what + ": " +
-                             (st.zero_copy ? "zero-copy (" + p_.devs[dev].device->name() + " reads " +
-                                                 p_.devs[from].device->name() + "'s memory in place)"
-                                           : bytes_str(st.bytes)));
     p_.steps.push_back(std::move(st));
     moved_[{v, dev}] = out;
     return out;
@@ -334,7 +330,6 @@ class Builder {
     st.params.struct_size = sizeof(bp_op_params);
     st.params.kind = BP_PARAMS_NONE;
     use(src, step);
-    p_.description.push_back(st.what);
     p_.steps.push_back(std::move(st));
     return out;
   }
@@ -383,7 +378,6 @@ class Builder {
     auto& vb = p_.vbufs[p_.values[n.output].root];
     vb.def_step = step;
     vb.last_use = std::max(vb.last_use, step);
-    p_.description.push_back(st.what);
     p_.steps.push_back(std::move(st));
   }
 
@@ -467,8 +461,8 @@ class Builder {
       const PlanDevice& d = p_.devs[cell.dev];
       const uint64_t limit = DeviceAccess::info(*d.device).max_buffer_size;
       if (limit && cell.size > limit)
-        throw Error(cell_label(c) + ": needs a buffer of " + bytes_str(cell.size) + "; device '" + d.device->name() +
-                        "' allocates at most " + bytes_str(limit),
+        throw Error(cell_label(c) + ": needs a buffer of " + bytes_str(cell.size) + "; device '" +
+                        d.device->name() + "' allocates at most " + bytes_str(limit),
                     BP_ERR_OUT_OF_MEMORY);
       total += cell.size;
     }
@@ -476,9 +470,9 @@ class Builder {
       size_t largest = 0;
       for (size_t c = 1; c < p_.cells.size(); ++c)
         if (p_.cells[c]->size > p_.cells[largest]->size) largest = c;
-      throw Error("the plan needs " + bytes_str(total) + " of device buffers, over the budget of " + bytes_str(budget_) +
-                      " (max_memory_bytes); the largest buffer: " + bytes_str(p_.cells[largest]->size) + " for " +
-                      cell_label(largest),
+      throw Error("the plan needs " + bytes_str(total) + " of device buffers, over the budget of " +
+                      bytes_str(budget_) + " (max_memory_bytes); the largest buffer: " +
+                      bytes_str(p_.cells[largest]->size) + " for " + cell_label(largest),
                   BP_ERR_OUT_OF_MEMORY);
     }
   }
@@ -517,7 +511,10 @@ class Builder {
           b = bp_buffer{};
           b.struct_size = sizeof b;
           for (auto& st : p_.steps)
-            if (st.transfer && st.output >= 0 && p_.values[st.output].root == alias) st.zero_copy = false;
+            if (st.transfer && st.output >= 0 && p_.values[st.output].root == alias) {
+              st.zero_copy = false;
+              st.import_refused = true;
+            }
         }
         d.plugin->check(
             d.plugin->api()->buffer_allocate(cell.device, cell.size, &b),
@@ -581,15 +578,6 @@ class Builder {
       if (mode[c]) p_.lock_order.push_back({p_.cells[c].get(), mode[c] == 2});
     std::sort(p_.lock_order.begin(), p_.lock_order.end(),
               [](const auto& a, const auto& b) { return std::less<Cell*>()(a.first, b.first); });
-    // The description of zero-copy transfers refused at allocation.
-    size_t di = 0;
-    for (const auto& st : p_.steps) {
-      if (st.transfer && !st.zero_copy && di < p_.description.size() &&
-          p_.description[di].find("zero-copy") != std::string::npos)
-        p_.description[di] =
-            st.what + ": " + bytes_str(st.bytes) + " (the destination refused to import the memory)";
-      ++di;
-    }
     for (auto& d : p_.devs) {
       d.ctx.struct_size = sizeof(bp_kernel_context);
       d.ctx.device = d.handle;
@@ -673,7 +661,8 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
     for (auto& d : p.devs) d.ctx.host = &impl_->host;
     return plan;
   } catch (const std::bad_alloc&) {
-    throw Error("compile: out of host memory (the graph's shapes need more than this machine has)", BP_ERR_OUT_OF_MEMORY);
+    throw Error("compile: out of host memory (the graph's shapes need more than this machine has)",
+                BP_ERR_OUT_OF_MEMORY);
   }
 }
 
@@ -682,8 +671,8 @@ void Plan::Impl::set_input(const std::string& name, const HostTensor& t) {
   if (it == inputs.end()) throw Error("the graph has no (non-constant) input named '" + name + "'");
   const auto& v = values[it->second];
   if (t.dtype != v.dtype || t.shape != v.shape)
-    throw Error("input '" + name + "': expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) + ", got " +
-                std::string(dtype_name(t.dtype)) + shape_str(t.shape));
+    throw Error("input '" + name + "': expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) +
+                ", got " + std::string(dtype_name(t.dtype)) + shape_str(t.shape));
   const uint64_t want = v.bytes();
   if (t.nbytes() != want)
     throw Error("input '" + name + "': the tensor holds " + std::to_string(t.nbytes()) + " bytes; " +
@@ -714,7 +703,8 @@ void Plan::Impl::execute() {
   auto& p = *this;
   for (size_t i = 0; i < p.inputs.size(); ++i)
     if (!p.input_set[i])
-      throw Error("input '" + p.inputs[i].first + "' was never set (Plan::set_input or run)", BP_ERR_INVALID_ARGUMENT);
+      throw Error("input '" + p.inputs[i].first + "' was never set (Plan::set_input or run)",
+                  BP_ERR_INVALID_ARGUMENT);
   RunLocks locks(p.lock_order);
   // Which devices have work enqueued since their last synchronize.
   std::vector<char> pending(p.devs.size(), 0);
@@ -815,7 +805,8 @@ HostTensor Plan::Impl::output(const std::string& name) const {
   if (std::find(outputs.begin(), outputs.end(), name) == outputs.end() &&
       std::find(kept.begin(), kept.end(), name) == kept.end()) {
     if (!by_name.count(name)) throw Error("plan has no value named '" + name + "'");
-    throw Error("'" + name + "' is not a graph output: its buffer may hold another value by now; name it in " +
+    throw Error("'" + name +
+                "' is not a graph output: its buffer may hold another value by now; name it in " +
                 "CompileOptions::keep (or make it an output) to read it");
   }
   const Value& v = p.value(name);
@@ -865,7 +856,22 @@ std::map<std::string, HostTensor> Plan::run(const std::map<std::string, HostTens
 }
 
 std::vector<std::string> Plan::describe() const {
-  return impl_ ? impl_->description : std::vector<std::string>{};
+  std::vector<std::string> out;
+  if (!impl_) return out;
+  for (const auto& st : impl_->steps) {
+    if (!st.transfer) {
+      out.push_back(st.what);
+      continue;
+    }
+    const std::string& to = impl_->devs[st.dev].device->name();
+    const std::string& from = impl_->devs[st.src_dev].device->name();
+    out.push_back(st.what + ": " +
+                  (st.zero_copy
+                       ? "zero-copy (" + to + " reads " + from + "'s memory in place)"
+                       : bytes_str(st.bytes) +
+                             (st.import_refused ? " (the destination refused to import the memory)" : "")));
+  }
+  return out;
 }
 
 std::vector<Plan::Transfer> Plan::transfers() const {

@@ -263,16 +263,8 @@ CaseResult run_case(Runtime& rt, Device& device, const Case& c, const Options& o
     Plan plan;
     if (options.fallback_device && options.fallback_device != &device) {
       // The op under test stays on the device; the rest may fall back.
-      Graph g;
-      for (const auto& in : c.graph.inputs()) {
-        if (in.constant)
-          g.constant(in.name, *in.constant);
-        else
-          g.input(in.name, in.dtype, in.shape);
-      }
-      for (const auto& n : c.graph.nodes())
-        g.node(n.name, n.op, n.inputs, n.params, n.name == "y" ? device.name() : n.device);
-      for (const auto& o : c.graph.outputs()) g.output(o);
+      Graph g = c.graph;
+      g.pin("y", device.name());
       plan = rt.compile(g, std::vector<Device*>{&device, options.fallback_device}, co);
     } else {
       plan = rt.compile(c.graph, device, co);

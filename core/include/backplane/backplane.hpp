@@ -163,6 +163,8 @@ class Graph {
   void node(const std::string& name, const std::string& op, std::vector<std::string> inputs,
             Json params = Json::object(), std::string device = "");
   void output(const std::string& name);
+  // Pins an existing node to a device ("" unpins); Error if there is no such node.
+  void pin(const std::string& node, std::string device);
 
   struct Input {
     std::string name;
