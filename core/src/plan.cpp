@@ -113,6 +113,10 @@ struct Plan::Impl {
   Plan::CompileStats stats;
   std::vector<std::string> kept;  // CompileOptions::keep
   std::vector<char> input_set;    // parallel to inputs
+  // Per device: the steps whose kernels were called since its last begin(),
+  // in call order (ABI 1.2 error_call_index names one of them). Reused by
+  // every run, so execute() allocates nothing once warm.
+  std::vector<std::vector<int>> calls;
   mutable std::mutex mu;          // one call at a time; run() holds it throughout
 
   void set_input(const std::string& name, const HostTensor& t);
@@ -708,10 +712,25 @@ void Plan::Impl::execute() {
   RunLocks locks(p.lock_order);
   // Which devices have work enqueued since their last synchronize.
   std::vector<char> pending(p.devs.size(), 0);
+  p.calls.resize(p.devs.size());
   auto sync = [&](size_t d, const std::string& what) {
     pending[d] = 0;
-    auto* api = p.devs[d].plugin->api();
-    if (api->synchronize) p.devs[d].plugin->check(api->synchronize(p.devs[d].handle), what);
+    const Plugin& plugin = *p.devs[d].plugin;
+    auto* api = plugin.api();
+    if (!api->synchronize) return;
+    bp_error* err = api->synchronize(p.devs[d].handle);
+    if (!err) return;
+    // ABI 1.2: the plugin may say which kernel call's work failed; name its
+    // step as for an error the kernel returned itself.
+    const auto code = api->error_code(err);
+    std::string where = what;
+    if (api->struct_size >= offsetof(bp_plugin_api, error_call_index) + sizeof(void*) &&
+        api->error_call_index) {
+      const int64_t i = api->error_call_index(err);
+      if (i >= 0 && static_cast<uint64_t>(i) < p.calls[d].size())
+        where = p.steps[static_cast<size_t>(p.calls[d][static_cast<size_t>(i)])].what;
+    }
+    throw Error(where + ": " + plugin.take_error(err), code);
   };
   auto sync_for_run = [&](size_t d) {
     sync(d, "running the plan on device '" + p.devs[d].device->name() + "'");
@@ -756,7 +775,9 @@ void Plan::Impl::execute() {
       if (!pending[st.dev]) {
         if (api->begin) d.plugin->check(api->begin(d.handle), "device '" + d.device->name() + "': begin");
         pending[st.dev] = 1;
+        p.calls[st.dev].clear();
       }
+      p.calls[st.dev].push_back(static_cast<int>(s));
       if (p.poison) {
         const Value& out = p.values[st.output];
         Cell& c = p.cell_of(out);
