@@ -24,9 +24,14 @@
 #include <backplane/abi.h>
 #include <backplane/sdk/dtype.hpp>
 
+// dlpack.h's type (only pointers to it appear here).
+struct DLManagedTensor;
+
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -137,6 +142,57 @@ struct HostTensor {
       t.set(static_cast<int64_t>(i), static_cast<double>(values[i]));
     return t;
   }
+};
+
+// ---------------------------------------------------------------------------
+// Tensor: a handle to elements that live in one device's memory (a buffer of
+// the device, or application memory the device reads in place). Made by
+// Runtime::upload / wrap_host / from_dlpack, or by Plan::output_tensor.
+// Copies of a Tensor share the storage (the last one frees it, and keeps the
+// device's plugin loaded until then); downloading is explicit.
+//
+// Threads: a Tensor is an immutable handle; any of its const calls may run
+// from several threads at once, and against plans reading or writing its
+// storage (each run locks the buffers it touches).
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit operator bool() const { return impl_ != nullptr; }
+  Device& device() const;  // Error on an empty Tensor
+  bp_dtype dtype() const;
+  const Shape& shape() const;
+  // Element strides and offset, counted from byte_offset() of the buffer.
+  const Layout& layout() const;
+  int64_t numel() const;
+  uint64_t nbytes() const;  // numel * element size (the dense size)
+  uint64_t byte_offset() const;
+  bool is_contiguous() const;  // row-major dense, element offset 0
+  // Host address of element offset 0 (layout().offset() counts from here)
+  // when the device's memory is host-addressable (cpu; a mapped GPU heap),
+  // else nullptr. Valid while any copy of the Tensor lives.
+  void* data() const;
+  // Copies to host memory, dense row-major.
+  HostTensor download() const;
+  void download_into(void* dst, uint64_t bytes) const;  // bytes must equal nbytes()
+  // Copies into a new buffer on `device` (dense).
+  Tensor to(Device& device) const;
+  // True when both name the same storage.
+  bool shares_storage_with(const Tensor& other) const;
+
+  // DLPack (dlpack.h, DLPACK_VERSION >= 0.6): a DLManagedTensor describing
+  // this tensor's memory in place (kDLCPU; strides in elements, byte_offset
+  // honoured). The DLManagedTensor holds a reference to the storage until
+  // its deleter is called, which the consumer must do exactly once. Only
+  // host-addressable memory can be exported; other devices: Error with
+  // BP_ERR_UNIMPLEMENTED (download() first).
+  DLManagedTensor* to_dlpack() const;
+
+  struct Impl;
+
+ private:
+  friend struct TensorAccess;
+  std::shared_ptr<Impl> impl_;
 };
 
 // .npy I/O (format 1.0-3.0, little-endian, C order). bf16 is stored as '<u2';
@@ -301,9 +357,40 @@ struct RuntimeOptions {
   // A budget for the device buffers of one plan, all devices together
   // (0 = none): compile() refuses a plan above it, naming the bytes.
   uint64_t max_memory_bytes = 0;
+  // Plugins to run in a private child process of their own (besides those
+  // whose manifest asks for "isolation": "process" and those named in
+  // BACKPLANE_ISOLATE): a kernel that crashes or hangs there becomes an error
+  // naming the plugin, kernel and node instead of taking the host down.
+  std::vector<std::string> isolate;
 };
 
 class Plan;
+
+// The result of Plan::submit: the run goes on in its own thread.
+// Threads: wait(), poll() and error() may be called from any thread, any
+// number of times; the destructor waits for the run (never throws).
+class Completion {
+ public:
+  Completion() = default;
+  ~Completion();
+  Completion(Completion&&) noexcept = default;
+  Completion& operator=(Completion&&) noexcept;
+  Completion(const Completion&) = delete;
+  Completion& operator=(const Completion&) = delete;
+  // Blocks until the run has finished; throws its Error, if any (each call).
+  void wait();
+  // True once the run has finished (without blocking).
+  bool poll() const;
+  // Blocks until finished; the run's error, or nullptr on success.
+  std::exception_ptr error();
+  bool valid() const { return state_ != nullptr; }
+
+  struct State;
+
+ private:
+  friend class Plan;
+  std::shared_ptr<State> state_;
+};
 
 struct CompileOptions {
   // Fill every output buffer with a garbage pattern before each kernel, so a
@@ -367,6 +454,27 @@ class Runtime {
 
   uint32_t num_threads() const;
 
+  // Device tensors (see Tensor). upload copies host data into a new buffer
+  // of `device`.
+  Tensor upload(const HostTensor& value, Device& device);
+  Tensor upload(const void* data, uint64_t bytes, bp_dtype dtype, const Shape& shape, Device& device);
+  // Application memory used in place (no copy) by a device that reads host
+  // memory (the cpu): `data` holds the elements of `layout` (default:
+  // contiguous over `shape`), counted from `data`. `owner` is kept until the
+  // last Tensor naming the memory is gone (the application must keep the
+  // memory valid until then when it passes none). Refused with the reason:
+  // data not aligned to the element size, `bytes` too small for the layout,
+  // a device that cannot import host memory (BP_ERR_UNIMPLEMENTED).
+  Tensor wrap_host(void* data, uint64_t bytes, bp_dtype dtype, const Layout& layout, Device& device,
+                   std::shared_ptr<void> owner = {});
+  Tensor wrap_host(void* data, uint64_t bytes, bp_dtype dtype, const Shape& shape, Device& device,
+                   std::shared_ptr<void> owner = {});
+  // DLPack import: takes ownership of `managed` (its deleter is called once
+  // the last Tensor naming the memory is gone, or before this throws). CPU
+  // memory (kDLCPU, kDLCUDAHost) is used in place on `device` (default: the
+  // "cpu" device); strides are honoured (none = row-major).
+  Tensor from_dlpack(DLManagedTensor* managed, Device* device = nullptr);
+
   struct Impl;
 
  private:
@@ -405,6 +513,39 @@ class Plan {
   // set_input for each, execute, output for each graph output.
   std::map<std::string, HostTensor> run(const std::map<std::string, HostTensor>& inputs);
 
+  // Device tensors as inputs. A Tensor on the input's device, dense, that is
+  // not a buffer of this plan, is used in place: the plan reads it where it
+  // is (no copy) on every run until the input is set again (the plan holds a
+  // reference). Any other Tensor is copied in (across devices too). Which
+  // happened is in describe(). Dtype and shape must match.
+  void set_input(const std::string& name, const Tensor& value);
+  // Host bytes copied into the input's buffer (bytes must be the dense size).
+  void set_input(const std::string& name, const void* data, uint64_t bytes);
+  // The device the input's buffer is on (where a Tensor is used in place).
+  Device& input_device(const std::string& name) const;
+  // A graph output (or a kept value) as a Tensor on its device: no copy. It
+  // shares the plan's buffer: the next run of this plan writes that buffer
+  // again (download() or to() to keep a value across runs). Feeding it to
+  // another plan on the same device reads it in place.
+  Tensor output_tensor(const std::string& name) const;
+  // Reads a graph output (or kept value) into `dst`, dense (bytes must match).
+  void output_into(const std::string& name, void* dst, uint64_t bytes) const;
+  // Kernels write output `name` straight into `buffer` (on the output's
+  // device, dense, dtype and shape of the output; not a buffer of this
+  // plan) on every run until bound again; an empty Tensor unbinds. Refused
+  // with the reason when the output is a view of a larger buffer, or its
+  // buffer is read in place by another device.
+  void bind_output(const std::string& name, const Tensor& buffer);
+  // Application memory (wrap_host on the output's device): `bytes` at `data`.
+  void bind_output(const std::string& name, void* data, uint64_t bytes, std::shared_ptr<void> owner = {});
+
+  // Runs asynchronously: the inputs as set now (the plan is locked from this
+  // call until the run ends; other calls on it wait). Errors, a kernel's or
+  // one a device finds, come out of Completion::wait naming the node.
+  // Plans compiled separately run at the same time, on different devices too.
+  Completion submit();
+  Completion submit(const std::map<std::string, HostTensor>& inputs);
+
   // Per-step description: name, op, kernel key and device, contiguous copies
   // and transfers (with their bytes).
   std::vector<std::string> describe() const;
@@ -423,14 +564,21 @@ class Plan {
     std::string reason;  // "first device in the list that runs it", "pinned", ...
   };
   std::vector<Placement> placement() const;
-  // With CompileOptions::profile: each step of the last run and its seconds.
+  // With CompileOptions::profile: each step of the last run and its seconds,
+  // then one "synchronize <device>" row per device with asynchronous work
+  // (where a Vulkan device's kernel time shows).
   struct StepTime {
     std::string what;
     std::string device;
     bool transfer = false;
     double seconds = 0;
+    std::string node;  // the graph node ("" for transfers and synchronize rows)
+    std::string op;
   };
   std::vector<StepTime> profile() const;
+  // The same as a text table and as JSON {"steps": [...], "total_seconds"}.
+  std::string profile_table() const;
+  Json profile_json() const;
   // How long compile() took to place the graph (lowering, kernel lookup,
   // placement) and to build the plan (transfers, buffers, allocation).
   struct CompileStats {
@@ -451,7 +599,8 @@ class Plan {
 
  private:
   friend class Runtime;
-  std::unique_ptr<Impl> impl_;
+  // Shared with asynchronous runs in flight (Plan::submit).
+  std::shared_ptr<Impl> impl_;
 };
 
 // Shape inference alone (no device): the dtype and shape of every value of a

@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_VERSION_MAJOR 1
-#define BP_ABI_VERSION_MINOR 1
+#define BP_ABI_VERSION_MINOR 2
 
 /* The one symbol every plugin exports (see bp_plugin_entry_fn). */
 #define BP_PLUGIN_ENTRY_SYMBOL "backplane_plugin_entry"
@@ -335,7 +335,10 @@ typedef enum bp_layout_capability {
 enum { BP_KERNEL_FLAG_VARIADIC = 1u };
 
 /* One row of a plugin's kernel table. The table is static: it lives from the
- * entry call until the library is unloaded. */
+ * entry call until the library is unloaded. (ABI 1.2: a plugin whose manifest
+ * says "dynamic_kernels": true fills `kernels`/`n_kernels` of its table in
+ * initialize(); the host reads them after initialize() returns, checks each
+ * row, and the table then stays unchanged until shutdown().) */
 typedef struct bp_kernel_desc {
   size_t struct_size;
   bp_string op; /* a docs/ops.md name, or "vendor.op" for custom ops */
@@ -448,6 +451,13 @@ typedef struct bp_plugin_api {
    * copied. */
   bp_error* (*buffer_import_host)(bp_device* device, void* host_ptr, uint64_t size,
                                   bp_buffer* out_buffer);
+
+  /* ABI 1.2. Optional (NULL = never known): for an error returned by
+   * synchronize(), the 0-based position of the kernel call whose work failed
+   * among the kernel calls made on that device since its last begin(); -1
+   * when the error belongs to no one call. The host uses it to name the node,
+   * op and kernel, as it does for an error a kernel returns itself. */
+  int64_t (*error_call_index)(const bp_error* error);
 } bp_plugin_api;
 
 /* What the host asks the entry symbol. */
@@ -461,6 +471,13 @@ typedef struct bp_plugin_query {
   /* On failure the plugin writes a NUL-terminated reason here. */
   char* error_buffer;
   size_t error_buffer_size;
+  /* ABI 1.2: which instance of the plugin this load is for; empty for an
+   * ordinary load. The host sets it only for a plugin whose manifest says
+   * "instances": true (the `remote` plugin: the text names the server or the
+   * private child to talk to). Such a plugin returns a distinct API table for
+   * each distinct live instance (its own name, version, devices and, with
+   * "dynamic_kernels", kernels); a table stays valid until its shutdown(). */
+  bp_string instance;
 } bp_plugin_query;
 
 /* The exported entry point, named BP_PLUGIN_ENTRY_SYMBOL. Cheap and pure: no
