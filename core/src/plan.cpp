@@ -11,12 +11,15 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <shared_mutex>
 
 #include "lowering.hpp"
 #include "runtime_impl.hpp"
+#include "tensor_impl.hpp"
 
 namespace backplane {
 
@@ -36,17 +39,28 @@ struct PlanDevice {
   bp_kernel_context ctx{};
 };
 
-struct Cell {
-  Plugin* plugin = nullptr;
-  bp_device* device = nullptr;
-  int dev = -1;
-  uint64_t size = 0;
-  uint64_t handle = 0;
-  void* host_ptr = nullptr;
-  std::shared_mutex mu;
-  ~Cell() {
-    if (handle && plugin->api()) plugin->api()->buffer_free(device, handle);
+// The plan's lock: held by one call at a time, and by an asynchronous run
+// (Plan::submit) from the submitting call until the run ends, so it can be
+// released by another thread than the one that took it.
+class Gate {
+ public:
+  void lock() {
+    std::unique_lock<std::mutex> lk(m_);
+    cv_.wait(lk, [&] { return !held_; });
+    held_ = true;
   }
+  void unlock() {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      held_ = false;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool held_ = false;
 };
 
 // A value of the plan is a lowered value whose `root` indexes the plan's
@@ -88,6 +102,8 @@ struct Step {
   uint64_t src_offset = 0, dst_offset = 0, bytes = 0;
   bool zero_copy = false;
   bool import_refused = false;  // planned zero-copy; the destination refused at allocation
+  // Kernel steps: the graph node and op (profile).
+  std::string node, op;
 };
 
 }  // namespace
@@ -101,7 +117,7 @@ struct Plan::Impl {
   std::vector<Value> values;
   std::map<std::string, int> by_name;
   std::vector<VBuf> vbufs;
-  std::vector<std::unique_ptr<Cell>> cells;
+  std::vector<std::shared_ptr<Cell>> cells;
   std::vector<Step> steps;
   std::vector<std::pair<std::string, int>> inputs;  // non-constant graph inputs
   std::vector<std::string> outputs;
@@ -117,15 +133,32 @@ struct Plan::Impl {
   // in call order (ABI 1.2 error_call_index names one of them). Reused by
   // every run, so execute() allocates nothing once warm.
   std::vector<std::vector<int>> calls;
-  mutable std::mutex mu;          // one call at a time; run() holds it throughout
+  std::vector<double> sync_seconds;  // per device (profile)
+  mutable Gate mu;                   // one call at a time; run() and submitted runs hold it throughout
+  // Device tensors bound in place of the plan's own buffers: cells[c] is
+  // own[c] or a Tensor's cell, whose elements start base[c] bytes in.
+  std::vector<std::shared_ptr<Cell>> own;
+  std::vector<uint64_t> base;
+  std::vector<char> aliased;             // per vbuf: another device imports its memory in place
+  std::vector<std::string> input_note;   // parallel to inputs: how the value was last set
+  std::map<std::string, std::string> output_note;  // bound outputs
 
   void set_input(const std::string& name, const HostTensor& t);
+  void set_input(const std::string& name, const void* data, uint64_t bytes);
+  void set_input(const std::string& name, const Tensor& t);
   void execute();
   HostTensor output(const std::string& name) const;
+  const Value& readable(const std::string& name) const;
+  int input_index(const std::string& name) const;
+  void bind_cell(int cell, std::shared_ptr<Cell> c, uint64_t at);
+  void refresh();
 
   ~Impl() {
     // Zero-copy aliases before the memory they import.
-    for (size_t i = cells.size(); i-- > 0;) cells[i].reset();
+    for (size_t i = cells.size(); i-- > 0;) {
+      cells[i].reset();
+      if (i < own.size()) own[i].reset();
+    }
   }
 
   const Value& value(const std::string& name) const {
@@ -134,39 +167,23 @@ struct Plan::Impl {
     return values[it->second];
   }
   Cell& cell_of(const Value& v) const { return *cells[vbufs[v.root].cell]; }
-  const PlanDevice& dev_of(const Cell& c) const { return devs[c.dev]; }
+  // Where a value's bytes start in its cell (a bound Tensor may start later).
+  uint64_t offset_of(const Value& v) const { return base[vbufs[v.root].cell] + v.byte_offset; }
 
   void fill_storage(bp_storage& st, const Value& v) const {
     const Cell& c = cell_of(v);
+    const uint64_t off = offset_of(v);
     st = bp_storage{};
     st.struct_size = sizeof(bp_storage);
-    st.data = c.host_ptr ? static_cast<char*>(c.host_ptr) + v.byte_offset : nullptr;
+    st.data = c.host_ptr ? static_cast<char*>(c.host_ptr) + off : nullptr;
     st.buffer_handle = c.handle;
-    st.byte_offset = v.byte_offset;
-    st.byte_size = c.size - v.byte_offset;
+    st.byte_offset = off;
+    st.byte_size = c.size - off;
     st.dtype = v.dtype;
   }
 
-  void read_bytes(const Cell& c, uint64_t offset, void* dst, uint64_t size) const {
-    if (size == 0) return;
-    if (c.host_ptr) {
-      std::memcpy(dst, static_cast<const char*>(c.host_ptr) + offset, size);
-    } else {
-      const PlanDevice& d = dev_of(c);
-      d.plugin->check(d.plugin->api()->buffer_read(c.device, c.handle, offset, dst, size),
-                      "reading from device '" + d.device->name() + "'");
-    }
-  }
-  void write_bytes(Cell& c, uint64_t offset, const void* src, uint64_t size) const {
-    if (size == 0) return;
-    if (c.host_ptr) {
-      std::memcpy(static_cast<char*>(c.host_ptr) + offset, src, size);
-    } else {
-      const PlanDevice& d = dev_of(c);
-      d.plugin->check(d.plugin->api()->buffer_write(c.device, c.handle, offset, src, size),
-                      "writing to device '" + d.device->name() + "'");
-    }
-  }
+  void read_bytes(const Cell& c, uint64_t offset, void* dst, uint64_t size) const { c.read(offset, dst, size); }
+  void write_bytes(Cell& c, uint64_t offset, const void* src, uint64_t size) const { c.write(offset, src, size); }
 };
 
 namespace {
@@ -331,6 +348,7 @@ class Builder {
     st.in_layouts = {layout};
     st.output = out;
     st.out_layout = Layout::contiguous(shape);
+    st.op = "contiguous";
     st.params.struct_size = sizeof(bp_op_params);
     st.params.kind = BP_PARAMS_NONE;
     use(src, step);
@@ -377,6 +395,8 @@ class Builder {
     st.out_layout = n.out_layout;
     st.params = n.params;
     st.custom_json = n.custom_json;
+    st.node = n.node;
+    st.op = n.copy ? "contiguous" : n.op;
     for (int id : ids)
       if (id >= 0) use(id, step);
     auto& vb = p_.vbufs[p_.values[n.output].root];
@@ -432,8 +452,10 @@ class Builder {
       }
     }
     for (size_t c = 0; c < cell_size.size(); ++c) {
-      auto cell = std::make_unique<Cell>();
+      auto cell = std::make_shared<Cell>();
       const PlanDevice& d = p_.devs[cell_dev[c]];
+      cell->runtime = p_.runtime;
+      cell->owner = d.device;
       cell->plugin = d.plugin;
       cell->device = d.handle;
       cell->dev = cell_dev[c];
@@ -529,15 +551,44 @@ class Builder {
   }
 
   void finalize() {
-    std::vector<int> mode(p_.cells.size(), 0);  // 0 unused, 1 read, 2 write
-    for (size_t s = 0; s < p_.steps.size(); ++s) {
-      Step& st = p_.steps[s];
+    p_.own = p_.cells;
+    p_.base.assign(p_.cells.size(), 0);
+    p_.aliased.assign(p_.vbufs.size(), 0);
+    for (const auto& vb : p_.vbufs)
+      if (vb.alias_of >= 0) p_.aliased[vb.alias_of] = 1;
+    p_.input_note.assign(p_.inputs.size(), "");
+    for (auto& d : p_.devs) {
+      d.ctx.struct_size = sizeof(bp_kernel_context);
+      d.ctx.device = d.handle;
+    }
+    p_.refresh();
+  }
+
+  Plan::Impl& p_;
+  const Lowered& l_;
+  uint64_t budget_;
+  std::map<std::pair<int, int>, int> moved_;  // (value, device) -> transferred value
+};
+
+}  // namespace
+
+// Every bp_storage a kernel will see, and the run's lock order, from the
+// cells as bound now (at compile, and after a Tensor is bound or unbound).
+void Plan::Impl::refresh() {
+  auto& p = *this;
+  std::map<Cell*, int> mode;  // 1 read, 2 write; one entry per distinct cell
+  auto need = [&](int cell, int m) {
+    int& x = mode[p.cells[cell].get()];
+    x = std::max(x, m);
+  };
+  {
+    for (size_t s = 0; s < p.steps.size(); ++s) {
+      Step& st = p.steps[s];
       if (st.transfer) {
-        const Value& src = p_.values[st.src_value];
-        int& m = mode[p_.vbufs[src.root].cell];
-        m = std::max(m, 1);
-        if (!st.zero_copy) mode[p_.vbufs[p_.values[st.output].root].cell] = 2;
-        st.dst_offset = p_.values[st.output].byte_offset;
+        const Value& src = p.values[st.src_value];
+        need(p.vbufs[src.root].cell, 1);
+        if (!st.zero_copy) need(p.vbufs[p.values[st.output].root].cell, 2);
+        st.dst_offset = p.values[st.output].byte_offset;
         continue;
       }
       st.in_st.resize(st.inputs.size());
@@ -546,19 +597,18 @@ class Builder {
         if (st.inputs[i] < 0) {
           st.in_st[i] = bp_storage{};
           st.in_st[i].struct_size = sizeof(bp_storage);
-          st.in_st[i].dtype = p_.values[st.output].dtype;
+          st.in_st[i].dtype = p.values[st.output].dtype;
           st.layouts.push_back(bp_layout{});
           continue;
         }
-        const Value& v = p_.values[st.inputs[i]];
-        p_.fill_storage(st.in_st[i], v);
+        const Value& v = p.values[st.inputs[i]];
+        p.fill_storage(st.in_st[i], v);
         st.layouts.push_back(st.in_layouts[i].to_bp());
-        int& m = mode[p_.vbufs[v.root].cell];
-        m = std::max(m, 1);
+        need(p.vbufs[v.root].cell, 1);
       }
-      const Value& out = p_.values[st.output];
-      p_.fill_storage(st.out_st, out);
-      mode[p_.vbufs[out.root].cell] = 2;
+      const Value& out = p.values[st.output];
+      p.fill_storage(st.out_st, out);
+      need(p.vbufs[out.root].cell, 2);
       st.slots.clear();
       for (const auto& sl : out.slots) {
         bp_bundle_slot b{};
@@ -578,21 +628,13 @@ class Builder {
       if (st.params.kind == BP_PARAMS_CUSTOM)
         st.params.u.custom.json = {st.custom_json.data(), st.custom_json.size()};
     }
-    for (size_t c = 0; c < p_.cells.size(); ++c)
-      if (mode[c]) p_.lock_order.push_back({p_.cells[c].get(), mode[c] == 2});
-    std::sort(p_.lock_order.begin(), p_.lock_order.end(),
-              [](const auto& a, const auto& b) { return std::less<Cell*>()(a.first, b.first); });
-    for (auto& d : p_.devs) {
-      d.ctx.struct_size = sizeof(bp_kernel_context);
-      d.ctx.device = d.handle;
-    }
   }
+  p.lock_order.clear();
+  for (const auto& [c, m] : mode) p.lock_order.push_back({c, m == 2});
+  // (std::map orders by address: the global lock order.)
+}
 
-  Plan::Impl& p_;
-  const Lowered& l_;
-  uint64_t budget_;
-  std::map<std::pair<int, int>, int> moved_;  // (value, device) -> transferred value
-};
+namespace {
 
 // Holds the plan's locks for one run, in the global (address) order.
 class RunLocks {
@@ -653,7 +695,7 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
     detail::place(l);
     const auto t1 = std::chrono::steady_clock::now();
     Plan plan;
-    plan.impl_ = std::make_unique<Plan::Impl>();
+    plan.impl_ = std::make_shared<Plan::Impl>();
     auto& p = *plan.impl_;
     p.runtime = impl_;
     p.poison = options.poison_outputs;
@@ -670,10 +712,44 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
   }
 }
 
-void Plan::Impl::set_input(const std::string& name, const HostTensor& t) {
+int Plan::Impl::input_index(const std::string& name) const {
   auto it = std::find_if(inputs.begin(), inputs.end(), [&](auto& e) { return e.first == name; });
-  if (it == inputs.end()) throw Error("the graph has no (non-constant) input named '" + name + "'");
-  const auto& v = values[it->second];
+  if (it == inputs.end()) {
+    if (by_name.count(name)) throw Error("'" + name + "' is not a (non-constant) input of the graph");
+    throw Error("the graph has no (non-constant) input named '" + name + "'");
+  }
+  return static_cast<int>(it - inputs.begin());
+}
+
+// Cell slot `c` now reads/writes `cell`, whose elements start `at` bytes in
+// (own[c] and 0 restore the plan's buffer).
+void Plan::Impl::bind_cell(int c, std::shared_ptr<Cell> cell, uint64_t at) {
+  if (cells[c] == cell && base[c] == at) return;
+  cells[c] = std::move(cell);
+  base[c] = at;
+  refresh();
+}
+
+void Plan::Impl::set_input(const std::string& name, const void* data, uint64_t bytes) {
+  const int i = input_index(name);
+  const auto& v = values[inputs[i].second];
+  const uint64_t want = v.bytes();
+  if (bytes != want)
+    throw Error("input '" + name + "': got " + std::to_string(bytes) + " bytes; " + std::string(dtype_name(v.dtype)) +
+                shape_str(v.shape) + " needs " + std::to_string(want));
+  if (bytes && !data) throw Error("input '" + name + "': null data pointer");
+  const int c = vbufs[v.root].cell;
+  bind_cell(c, own[c], 0);
+  Cell& cell = *cells[c];
+  std::unique_lock<std::shared_mutex> lk(cell.mu);
+  write_bytes(cell, v.byte_offset, data, want);
+  input_set[i] = 1;
+  input_note[i].clear();
+}
+
+void Plan::Impl::set_input(const std::string& name, const HostTensor& t) {
+  const int i = input_index(name);
+  const auto& v = values[inputs[i].second];
   if (t.dtype != v.dtype || t.shape != v.shape)
     throw Error("input '" + name + "': expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) +
                 ", got " + std::string(dtype_name(t.dtype)) + shape_str(t.shape));
@@ -681,21 +757,188 @@ void Plan::Impl::set_input(const std::string& name, const HostTensor& t) {
   if (t.nbytes() != want)
     throw Error("input '" + name + "': the tensor holds " + std::to_string(t.nbytes()) + " bytes; " +
                 std::string(dtype_name(v.dtype)) + shape_str(v.shape) + " needs " + std::to_string(want));
-  Cell& c = cell_of(v);
-  std::unique_lock<std::shared_mutex> lk(c.mu);
-  write_bytes(c, v.byte_offset, t.data(), want);
-  input_set[static_cast<size_t>(it - inputs.begin())] = 1;
+  set_input(name, t.data(), want);
+}
+
+void Plan::Impl::set_input(const std::string& name, const Tensor& t) {
+  const int i = input_index(name);
+  const auto& v = values[inputs[i].second];
+  if (!t) throw Error("input '" + name + "': an empty Tensor");
+  const auto& ti = detail::tensor_impl(t);
+  if (ti->dtype != v.dtype || ti->layout.shape() != v.shape)
+    throw Error("input '" + name + "': expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) +
+                ", got a Tensor " + std::string(dtype_name(ti->dtype)) + shape_str(ti->layout.shape()));
+  const int c = vbufs[v.root].cell;
+  const Cell& mine = *own[c];
+  const std::string here = mine.owner->name();
+  // In place when the kernels can read the Tensor exactly where they would
+  // read the plan's own buffer.
+  std::string why_not;
+  if (ti->cell->owner != mine.owner)
+    why_not = "it is on " + ti->cell->owner->name() + ", the input on " + here;
+  else if (!t.is_contiguous() || v.byte_offset != 0 || !v.layout.is_contiguous())
+    why_not = "it is not dense";
+  else if (ti->byte_offset % std::max<uint64_t>(dtype_size(v.dtype), 1) != 0)
+    why_not = "its bytes are not aligned to its elements";
+  else if (ti->cell->size < ti->byte_offset || ti->cell->size - ti->byte_offset < vbufs[v.root].size)
+    why_not = "its buffer is smaller than the plan's";
+  else if (aliased[v.root])
+    why_not = "another device of the plan reads this input's buffer in place";
+  else {
+    for (size_t k = 0; k < own.size() && why_not.empty(); ++k)
+      if (own[k] == ti->cell) why_not = "it is a buffer of this plan";
+    for (const auto& [out, note] : output_note) {
+      (void)note;
+      if (why_not.empty() && cells[vbufs[value(out).root].cell] == ti->cell)
+        why_not = "it is bound as this plan's output '" + out + "'";
+    }
+  }
+  const std::string shape = std::string(dtype_name(v.dtype)) + shape_str(v.shape);
+  if (why_not.empty()) {
+    bind_cell(c, ti->cell, ti->byte_offset);
+    input_set[i] = 1;
+    input_note[i] = "a Tensor on " + here + ", read in place (no copy)";
+    return;
+  }
+  // A copy: into the plan's own buffer, densely (through host memory; the
+  // two buffers locked one after the other, never together).
+  bind_cell(c, own[c], 0);
+  const uint64_t want = v.bytes();
+  std::vector<std::byte> staging(want);
+  {
+    std::shared_lock<std::shared_mutex> lk(ti->cell->mu);
+    detail::gather(*ti->cell, ti->byte_offset, ti->layout, dtype_size(v.dtype), staging.data());
+  }
+  {
+    Cell& dst = *cells[c];
+    std::unique_lock<std::shared_mutex> lk(dst.mu);
+    write_bytes(dst, v.byte_offset, staging.data(), want);
+  }
+  input_set[i] = 1;
+  input_note[i] = "a Tensor copied in (" + bytes_str(want) + ": " + why_not + ")";
 }
 
 void Plan::set_input(const std::string& name, const HostTensor& t) {
   if (!impl_) throw Error("set_input on an empty plan");
-  std::lock_guard<std::mutex> lk(impl_->mu);
+  std::lock_guard<Gate> lk(impl_->mu);
   impl_->set_input(name, t);
+}
+
+void Plan::set_input(const std::string& name, const Tensor& t) {
+  if (!impl_) throw Error("set_input on an empty plan");
+  std::lock_guard<Gate> lk(impl_->mu);
+  impl_->set_input(name, t);
+}
+
+void Plan::set_input(const std::string& name, const void* data, uint64_t bytes) {
+  if (!impl_) throw Error("set_input on an empty plan");
+  std::lock_guard<Gate> lk(impl_->mu);
+  impl_->set_input(name, data, bytes);
+}
+
+Device& Plan::input_device(const std::string& name) const {
+  if (!impl_) throw Error("input_device on an empty plan");
+  std::lock_guard<Gate> lk(impl_->mu);
+  const int i = impl_->input_index(name);
+  return *impl_->own[impl_->vbufs[impl_->values[impl_->inputs[i].second].root].cell]->owner;
+}
+
+Tensor Plan::output_tensor(const std::string& name) const {
+  if (!impl_) throw Error("output_tensor on an empty plan");
+  std::lock_guard<Gate> lk(impl_->mu);
+  const Value& v = impl_->readable(name);
+  auto ti = std::make_shared<Tensor::Impl>();
+  ti->cell = impl_->cells[impl_->vbufs[v.root].cell];
+  ti->dtype = v.dtype;
+  ti->layout = v.layout;
+  ti->byte_offset = impl_->offset_of(v);
+  return detail::make_tensor(std::move(ti));
+}
+
+void Plan::output_into(const std::string& name, void* dst, uint64_t bytes) const {
+  if (!impl_) throw Error("output_into on an empty plan");
+  std::lock_guard<Gate> lk(impl_->mu);
+  const Value& v = impl_->readable(name);
+  if (bytes != v.bytes())
+    throw Error("output '" + name + "': the destination holds " + std::to_string(bytes) + " bytes; " +
+                std::string(dtype_name(v.dtype)) + shape_str(v.shape) + " needs " + std::to_string(v.bytes()));
+  if (bytes && !dst) throw Error("output '" + name + "': null destination");
+  Cell& c = impl_->cell_of(v);
+  std::shared_lock<std::shared_mutex> lk2(c.mu);
+  detail::gather(c, impl_->offset_of(v), v.layout, dtype_size(v.dtype), dst);
+}
+
+void Plan::bind_output(const std::string& name, const Tensor& t) {
+  if (!impl_) throw Error("bind_output on an empty plan");
+  std::lock_guard<Gate> lk(impl_->mu);
+  auto& p = *impl_;
+  if (std::find(p.outputs.begin(), p.outputs.end(), name) == p.outputs.end()) {
+    if (!p.by_name.count(name)) throw Error("plan has no value named '" + name + "'");
+    throw Error("bind_output: '" + name + "' is not a graph output");
+  }
+  const Value& v = p.value(name);
+  const int c = p.vbufs[v.root].cell;
+  if (!t) {
+    p.bind_cell(c, p.own[c], 0);
+    p.output_note.erase(name);
+    return;
+  }
+  const auto& ti = detail::tensor_impl(t);
+  const std::string what = "bind_output '" + name + "': ";
+  if (!v.slots.empty()) throw Error(what + "a bundle; bind its slots' views instead");
+  if (ti->dtype != v.dtype || ti->layout.shape() != v.shape)
+    throw Error(what + "expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) + ", got " +
+                std::string(dtype_name(ti->dtype)) + shape_str(ti->layout.shape()));
+  const Cell& mine = *p.own[c];
+  if (ti->cell->owner != mine.owner)
+    throw Error(what + "the buffer is on " + ti->cell->owner->name() + "; the output is written on " +
+                mine.owner->name());
+  if (!t.is_contiguous()) throw Error(what + "the buffer is not dense (row-major, element offset 0)");
+  if (v.byte_offset != 0 || !v.layout.is_contiguous() || p.vbufs[v.root].size > v.bytes())
+    throw Error(what + "the output is a view of a larger buffer of the plan; bind a value a node writes whole");
+  if (ti->byte_offset % std::max<uint64_t>(dtype_size(v.dtype), 1) != 0)
+    throw Error(what + "the buffer is not aligned to its " + std::to_string(dtype_size(v.dtype)) + "-byte elements");
+  if (ti->cell->size < ti->byte_offset || ti->cell->size - ti->byte_offset < p.vbufs[v.root].size)
+    throw Error(what + "the buffer holds " + std::to_string(ti->cell->size - std::min(ti->cell->size, ti->byte_offset)) +
+                " bytes; the output needs " + std::to_string(p.vbufs[v.root].size));
+  if (p.aliased[v.root])
+    throw Error(what + "another device of the plan reads this output's buffer in place");
+  for (size_t k = 0; k < p.cells.size(); ++k)
+    if (p.cells[k] == ti->cell && static_cast<int>(k) != c)
+      throw Error(what + "the buffer is already used by this plan (a buffer of its own, or a bound input or output)");
+  p.bind_cell(c, ti->cell, ti->byte_offset);
+  p.output_note[name] = "written in place into a bound buffer on " + mine.owner->name();
+}
+
+void Plan::bind_output(const std::string& name, void* data, uint64_t bytes, std::shared_ptr<void> owner) {
+  if (!impl_) throw Error("bind_output on an empty plan");
+  Device* dev = nullptr;
+  bp_dtype dt = BP_DTYPE_INVALID;
+  Shape shape;
+  {
+    std::lock_guard<Gate> lk(impl_->mu);
+    if (std::find(impl_->outputs.begin(), impl_->outputs.end(), name) == impl_->outputs.end()) {
+      if (!impl_->by_name.count(name)) throw Error("plan has no value named '" + name + "'");
+      throw Error("bind_output: '" + name + "' is not a graph output");
+    }
+    const Value& v = impl_->value(name);
+    dev = impl_->own[impl_->vbufs[v.root].cell]->owner;
+    dt = v.dtype;
+    shape = v.shape;
+  }
+  const std::string what = "bind_output '" + name + "': ";
+  Tensor t;
+  try {
+    t = detail::wrap_host(impl_->runtime, data, bytes, dt, Layout::contiguous(shape), *dev, std::move(owner));
+  } catch (const Error& e) {
+    throw Error(what + e.what(), e.code());
+  }
+  bind_output(name, t);
 }
 
 void Plan::execute() {
   if (!impl_) throw Error("execute on an empty plan");
-  std::lock_guard<std::mutex> lk(impl_->mu);
+  std::lock_guard<Gate> lk(impl_->mu);
   try {
     impl_->execute();
   } catch (const std::bad_alloc&) {
@@ -713,12 +956,15 @@ void Plan::Impl::execute() {
   // Which devices have work enqueued since their last synchronize.
   std::vector<char> pending(p.devs.size(), 0);
   p.calls.resize(p.devs.size());
+  p.sync_seconds.assign(p.devs.size(), 0.0);
   auto sync = [&](size_t d, const std::string& what) {
     pending[d] = 0;
     const Plugin& plugin = *p.devs[d].plugin;
     auto* api = plugin.api();
     if (!api->synchronize) return;
+    const auto t0 = p.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     bp_error* err = api->synchronize(p.devs[d].handle);
+    if (p.profile) p.sync_seconds[d] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!err) return;
     // ABI 1.2: the plugin may say which kernel call's work failed; name its
     // step as for an error the kernel returned itself.
@@ -756,16 +1002,20 @@ void Plan::Impl::execute() {
         if (st.zero_copy) continue;
         if (pending[st.dev]) sync_for_run(st.dev);
         if (p.profile) started = Clock::now();
-        Cell& src = p.cell_of(p.values[st.src_value]);
-        Cell& dst = p.cell_of(p.values[st.output]);
+        const Value& sv = p.values[st.src_value];
+        const Value& dv = p.values[st.output];
+        Cell& src = p.cell_of(sv);
+        Cell& dst = p.cell_of(dv);
+        const uint64_t src_off = st.src_offset + p.base[p.vbufs[sv.root].cell];
+        const uint64_t dst_off = st.dst_offset + p.base[p.vbufs[dv.root].cell];
         if (src.host_ptr) {
-          p.write_bytes(dst, st.dst_offset, static_cast<const char*>(src.host_ptr) + st.src_offset, st.bytes);
+          p.write_bytes(dst, dst_off, static_cast<const char*>(src.host_ptr) + src_off, st.bytes);
         } else if (dst.host_ptr) {
-          p.read_bytes(src, st.src_offset, static_cast<char*>(dst.host_ptr) + st.dst_offset, st.bytes);
+          p.read_bytes(src, src_off, static_cast<char*>(dst.host_ptr) + dst_off, st.bytes);
         } else {
           std::vector<char> staging(st.bytes);
-          p.read_bytes(src, st.src_offset, staging.data(), st.bytes);
-          p.write_bytes(dst, st.dst_offset, staging.data(), st.bytes);
+          p.read_bytes(src, src_off, staging.data(), st.bytes);
+          p.write_bytes(dst, dst_off, staging.data(), st.bytes);
         }
         if (p.profile) p.step_seconds[s] = std::chrono::duration<double>(Clock::now() - started).count();
         continue;
@@ -790,7 +1040,7 @@ void Plan::Impl::execute() {
                   static_cast<uint64_t>(Layout::contiguous(last.shape).numel()) * dtype_size(last.dtype);
         }
         std::vector<unsigned char> junk(bytes, 0xFF);
-        p.write_bytes(c, out.byte_offset, junk.data(), bytes);
+        p.write_bytes(c, p.offset_of(out), junk.data(), bytes);
       }
       auto ctx = d.ctx;
       ctx.kernel_index = static_cast<uint32_t>(st.kernel);
@@ -817,12 +1067,11 @@ void Plan::Impl::execute() {
 
 HostTensor Plan::output(const std::string& name) const {
   if (!impl_) throw Error("output on an empty plan");
-  std::lock_guard<std::mutex> lk(impl_->mu);
+  std::lock_guard<Gate> lk(impl_->mu);
   return impl_->output(name);
 }
 
-HostTensor Plan::Impl::output(const std::string& name) const {
-  const auto& p = *this;
+const Value& Plan::Impl::readable(const std::string& name) const {
   if (std::find(outputs.begin(), outputs.end(), name) == outputs.end() &&
       std::find(kept.begin(), kept.end(), name) == kept.end()) {
     if (!by_name.count(name)) throw Error("plan has no value named '" + name + "'");
@@ -830,39 +1079,23 @@ HostTensor Plan::Impl::output(const std::string& name) const {
                 "' is not a graph output: its buffer may hold another value by now; name it in " +
                 "CompileOptions::keep (or make it an output) to read it");
   }
-  const Value& v = p.value(name);
+  const Value& v = value(name);
   if (!v.slots.empty()) throw Error("'" + name + "' is a bundle; read its slots through 'view'");
+  return v;
+}
+
+HostTensor Plan::Impl::output(const std::string& name) const {
+  const Value& v = readable(name);
   HostTensor t(v.dtype, v.shape);
-  Cell& c = p.cell_of(v);
+  Cell& c = cell_of(v);
   std::shared_lock<std::shared_mutex> lk(c.mu);
-  const size_t es = dtype_size(v.dtype);
-  if (v.layout.is_contiguous()) {
-    p.read_bytes(c, v.byte_offset, t.data(), t.nbytes());
-    return t;
-  }
-  if (t.numel() == 0) return t;
-  // A strided view: fetch the span it touches, then gather on the host.
-  const auto [lo, hi] = v.layout.extent();
-  std::vector<std::byte> span(static_cast<size_t>(hi - lo + 1) * es);
-  p.read_bytes(c, v.byte_offset + static_cast<uint64_t>(lo) * es, span.data(), span.size());
-  const auto& shape = v.layout.shape();
-  const auto& strides = v.layout.strides();
-  std::vector<int64_t> idx(shape.size(), 0);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    int64_t off = v.layout.offset() - lo;
-    for (size_t d = 0; d < shape.size(); ++d) off += idx[d] * strides[d];
-    std::memcpy(t.bytes.data() + i * es, span.data() + off * es, es);
-    for (size_t d = shape.size(); d-- > 0;) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
-  }
+  detail::gather(c, offset_of(v), v.layout, dtype_size(v.dtype), t.data());
   return t;
 }
 
 std::map<std::string, HostTensor> Plan::run(const std::map<std::string, HostTensor>& inputs) {
   if (!impl_) throw Error("run on an empty plan");
-  std::lock_guard<std::mutex> lk(impl_->mu);
+  std::lock_guard<Gate> lk(impl_->mu);
   for (const auto& [name, _] : impl_->inputs)
     if (!inputs.count(name)) throw Error("input '" + name + "' was not given");
   try {
@@ -876,9 +1109,87 @@ std::map<std::string, HostTensor> Plan::run(const std::map<std::string, HostTens
   }
 }
 
+// ---- Asynchronous runs ------------------------------------------------------
+
+struct Completion::State {
+  std::shared_future<void> done;
+};
+
+Completion::~Completion() {
+  if (state_ && state_->done.valid()) state_->done.wait();
+}
+
+Completion& Completion::operator=(Completion&& o) noexcept {
+  if (this != &o) {
+    if (state_ && state_->done.valid()) state_->done.wait();
+    state_ = std::move(o.state_);
+  }
+  return *this;
+}
+
+void Completion::wait() {
+  if (!state_) throw Error("wait on an empty Completion");
+  state_->done.get();
+}
+
+bool Completion::poll() const {
+  if (!state_) throw Error("poll on an empty Completion");
+  return state_->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+std::exception_ptr Completion::error() {
+  if (!state_) throw Error("error on an empty Completion");
+  try {
+    state_->done.get();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+Completion Plan::submit() { return submit({}); }
+
+Completion Plan::submit(const std::map<std::string, HostTensor>& inputs) {
+  if (!impl_) throw Error("submit on an empty plan");
+  std::shared_ptr<Impl> impl = impl_;
+  // Taken here, released by the run's thread when it ends: calls made after
+  // submit() returns see the plan as the run leaves it.
+  impl->mu.lock();
+  Completion c;
+  try {
+    for (const auto& [name, t] : inputs) impl->set_input(name, t);
+    c.state_ = std::make_shared<Completion::State>();
+    c.state_->done = std::async(std::launch::async, [impl]() {
+                       struct Release {
+                         Impl& p;
+                         ~Release() { p.mu.unlock(); }
+                       } release{*impl};
+                       try {
+                         impl->execute();
+                       } catch (const std::bad_alloc&) {
+                         throw Error("running the plan: out of host memory", BP_ERR_OUT_OF_MEMORY);
+                       }
+                     }).share();
+  } catch (...) {
+    // Nothing was started (set_input failed, or no thread could be made).
+    impl->mu.unlock();
+    throw;
+  }
+  return c;
+}
+
 std::vector<std::string> Plan::describe() const {
   std::vector<std::string> out;
   if (!impl_) return out;
+  std::lock_guard<Gate> lk(impl_->mu);
+  for (size_t i = 0; i < impl_->inputs.size(); ++i) {
+    const auto& [name, vid] = impl_->inputs[i];
+    const Value& v = impl_->values[vid];
+    const std::string& dev = impl_->own[impl_->vbufs[v.root].cell]->owner->name();
+    const std::string& note = impl_->input_note[i];
+    out.push_back("input '" + name + "' " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) + " on " + dev +
+                  ": " + (note.empty() ? "host data copied in by set_input (" + bytes_str(v.bytes()) + ")" : note));
+  }
   for (const auto& st : impl_->steps) {
     if (!st.transfer) {
       out.push_back(st.what);
@@ -892,6 +1203,7 @@ std::vector<std::string> Plan::describe() const {
                        : bytes_str(st.bytes) +
                              (st.import_refused ? " (the destination refused to import the memory)" : "")));
   }
+  for (const auto& [name, note] : impl_->output_note) out.push_back("output '" + name + "': " + note);
   return out;
 }
 
@@ -910,12 +1222,43 @@ std::vector<Plan::Transfer> Plan::transfers() const {
 std::vector<Plan::StepTime> Plan::profile() const {
   std::vector<StepTime> out;
   if (!impl_ || !impl_->profile) return out;
-  std::lock_guard<std::mutex> lk(impl_->mu);
+  std::lock_guard<Gate> lk(impl_->mu);
   for (size_t s = 0; s < impl_->steps.size(); ++s) {
     const Step& st = impl_->steps[s];
-    out.push_back({st.what, impl_->devs[st.dev].device->name(), st.transfer, impl_->step_seconds[s]});
+    out.push_back({st.what, impl_->devs[st.dev].device->name(), st.transfer, impl_->step_seconds[s], st.node, st.op});
   }
+  for (size_t d = 0; d < impl_->devs.size(); ++d)
+    if (impl_->devs[d].plugin->api()->synchronize && d < impl_->sync_seconds.size())
+      out.push_back({"synchronize " + impl_->devs[d].device->name(), impl_->devs[d].device->name(), false,
+                     impl_->sync_seconds[d], "", ""});
   return out;
+}
+
+std::string Plan::profile_table() const {
+  const auto rows = profile();
+  if (!impl_ || !impl_->profile) return "no profile: compile with CompileOptions::profile\n";
+  double total = 0;
+  for (const auto& r : rows) total += r.seconds;
+  std::string s;
+  char buf[64];
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, "%12.3f us  %5.1f%%  ", r.seconds * 1e6, total > 0 ? 100.0 * r.seconds / total : 0.0);
+    s += std::string(buf) + r.what + "\n";
+  }
+  std::snprintf(buf, sizeof buf, "%12.3f us  total\n", total * 1e6);
+  s += buf;
+  return s;
+}
+
+Json Plan::profile_json() const {
+  Json steps = Json::array();
+  double total = 0;
+  for (const auto& r : profile()) {
+    total += r.seconds;
+    steps.push_back({{"what", r.what}, {"device", r.device}, {"kind", r.transfer ? "transfer" : r.node.empty() ? "synchronize" : "kernel"},
+                     {"node", r.node}, {"op", r.op}, {"seconds", r.seconds}});
+  }
+  return Json{{"steps", steps}, {"total_seconds", total}};
 }
 
 Plan::CompileStats Plan::compile_stats() const { return impl_ ? impl_->stats : CompileStats{}; }
@@ -953,8 +1296,7 @@ std::string Plan::explain() const {
          " -> " + t.to + ", " + (t.zero_copy ? "zero-copy" : bytes_str(t.bytes)) + "\n";
   }
   for (const auto& [name, v] : p.inputs)
-    s += "  input " + name + " lives on " +
-         p.devs[p.cells[p.vbufs[p.values[v].root].cell]->dev].device->name() + "\n";
+    s += "  input " + name + " lives on " + p.own[p.vbufs[p.values[v].root].cell]->owner->name() + "\n";
   for (const auto& note : p.notes) s += "  " + note + "\n";
   s += std::to_string(n) + " transfer" + (n == 1 ? "" : "s") + ", " + bytes_str(moved) + " moved per run\n";
   return s;

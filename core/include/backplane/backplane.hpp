@@ -18,7 +18,15 @@
 //
 // Every error is a backplane::Error whose message names what was wrong (the
 // node, the op, the plugin). Nothing a plugin does can take the host down
-// short of memory corruption inside the plugin itself.
+// short of memory corruption inside the plugin itself. "Unsupported on this
+// device" (no kernel, no host-memory import, no DLPack export of device-only
+// memory) is always BP_ERR_UNIMPLEMENTED.
+//
+// Threads: Runtime's calls (device, select_devices, compile, upload,
+// wrap_host, from_dlpack, ...) may be made from several threads; Device is
+// read-only once listed; Plan, Tensor and Completion are safe from several
+// threads (see each); Graph, HostTensor and the other structs are plain
+// values: one writer at a time, any number of readers.
 #pragma once
 
 #include <backplane/abi.h>
@@ -154,6 +162,8 @@ struct HostTensor {
 // Threads: a Tensor is an immutable handle; any of its const calls may run
 // from several threads at once, and against plans reading or writing its
 // storage (each run locks the buffers it touches).
+
+class Device;
 
 class Tensor {
  public:
@@ -295,6 +305,16 @@ struct PluginInfo {
   std::string rejection;  // why, when Rejected
   std::vector<KernelInfo> kernels;
   std::vector<VendorOpInfo> vendor_ops;
+  // ABI 1.2 manifest flags (docs/remote.md): the library fills its kernel
+  // table in initialize(); it may be loaded once per instance.
+  bool dynamic_kernels = false;
+  bool instances = false;
+  // "process": the manifest asks to run the plugin in a child process.
+  std::string isolation = "none";
+  // Set by the runtime when this plugin runs isolated: its child is reached
+  // through the remote plugin's library (library_path) with this instance text.
+  bool isolated = false;
+  std::string instance;
 };
 
 // Manifests (docs/architecture.md). parse_manifest validates against the JSON
@@ -362,6 +382,12 @@ struct RuntimeOptions {
   // BACKPLANE_ISOLATE): a kernel that crashes or hangs there becomes an error
   // naming the plugin, kernel and node instead of taking the host down.
   std::vector<std::string> isolate;
+  // A kernel of an isolated plugin running longer than this ends its child
+  // and becomes an error (0 = no deadline; BACKPLANE_ISOLATE_DEADLINE_MS).
+  int64_t isolate_deadline_ms = 0;
+  // false: every plugin runs in this process whatever its manifest or the
+  // environment asks (what `backplane serve` uses for the child itself).
+  bool allow_isolation = true;
 };
 
 class Plan;
