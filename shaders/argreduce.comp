@@ -13,11 +13,11 @@ layout(local_size_x = WG) in;
 layout(constant_id = 0) const int OP = 0;
 
 DECL_RO1(2, x, IN_DT)
-layout(set = 0, binding = 3, std430) buffer OutIdx { ivec2 o[]; };
+DECL_RAW(3, o, ivec2)
 
 #define CT CTYPE(IN_DT)
-layout(set = 0, binding = 4, std430) buffer PartV { CT part_v[]; };
-layout(set = 0, binding = 5, std430) buffer PartI { int part_i[]; };
+DECL_RAW(4, part_v, CT)
+DECL_RAW(5, part_i, int)
 shared CT shv[WG];
 shared int shi[WG];
 
@@ -42,7 +42,7 @@ void scan_row(int base, int first, int step, int n, bool last, out CT bv, out in
     int ii, io;
     if (simple) ii = i * st;
     else row_offsets(R_INNER, i, ii, io);
-    CT v = LD(IN_DT, x[base + ii]);
+    CT v = LD(IN_DT, x.v[base + ii]);
     if (better(v, i, bv, bi, last)) {
       bv = v;
       bi = i;
@@ -63,7 +63,7 @@ void main() {
     int ib, ob;
     row_offsets(R_OUTER, row, ib, ob);
     scan_row(IN_OFF + ib, 0, 1, n, last, bv, bi);
-    o[OUT_OFF + ob] = ivec2(bi, 0);
+    o.v[OUT_OFF + ob] = ivec2(bi, 0);
     return;
   }
   const int P = A(RPARAMS + 1), chunk = A(RPARAMS + 2);
@@ -79,8 +79,8 @@ void main() {
     bv = CT(0);
     bi = -1;
     for (int t = int(lid); t < P; t += WG) {
-      CT v = part_v[row * P + t];
-      int i = part_i[row * P + t];
+      CT v = part_v.v[row * P + t];
+      int i = part_i.v[row * P + t];
       if (better(v, i, bv, bi, last)) {
         bv = v;
         bi = i;
@@ -101,9 +101,9 @@ void main() {
   }
   if (lid != 0u) return;
   if (pc.extra == 2u) {
-    part_v[g] = shv[0];
-    part_i[g] = shi[0];
+    part_v.v[g] = shv[0];
+    part_i.v[g] = shi[0];
   } else {
-    o[OUT_OFF + ob] = ivec2(shi[0], 0);
+    o.v[OUT_OFF + ob] = ivec2(shi[0], 0);
   }
 }

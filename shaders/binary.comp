@@ -70,15 +70,15 @@ void main() {
     const int oa = pc.p.x, ob = pc.p.y, oo = pc.p.z;
     if (!FAST_TAIL || i0 + 4 <= n) {
       CTYPE4(IN_DT) va, vb;
-      if (BCAST0) va = CTYPE4(IN_DT)(LD(IN_DT, a[oa]));
-      else va = LD4(IN_DT, a4[oa / 4 + j]);
-      if (BCAST1) vb = CTYPE4(IN_DT)(LD(IN_DT, b[ob]));
-      else vb = LD4(IN_DT, b4[ob / 4 + j]);
+      if (BCAST0) va = CTYPE4(IN_DT)(LD(IN_DT, a.v[oa]));
+      else va = LD4(IN_DT, a4.v[oa / 4 + j]);
+      if (BCAST1) vb = CTYPE4(IN_DT)(LD(IN_DT, b.v[ob]));
+      else vb = LD4(IN_DT, b4.v[ob / 4 + j]);
       CTYPE4(OUT_DT) r = CTYPE4(OUT_DT)(op(va.x, vb.x), op(va.y, vb.y), op(va.z, vb.z), op(va.w, vb.w));
-      o4[oo / 4 + j] = SV4(OUT_DT, r);
+      o4.v[oo / 4 + j] = SV4(OUT_DT, r);
     } else {
       for (int i = i0; i < n; ++i)
-        o[oo + i] = SV(OUT_DT, op(LD(IN_DT, a[BCAST0 ? oa : oa + i]), LD(IN_DT, b[BCAST1 ? ob : ob + i])));
+        o.v[oo + i] = SV(OUT_DT, op(LD(IN_DT, a.v[BCAST0 ? oa : oa + i]), LD(IN_DT, b.v[BCAST1 ? ob : ob + i])));
     }
     return;
   }
@@ -87,6 +87,6 @@ void main() {
     if (i >= n) break;
     int off[NREC];
     elem_offsets(i, off);
-    o[off[2]] = SV(OUT_DT, op(LD(IN_DT, a[off[0]]), LD(IN_DT, b[off[1]])));
+    o.v[off[2]] = SV(OUT_DT, op(LD(IN_DT, a.v[off[0]]), LD(IN_DT, b.v[off[1]])));
   }
 }

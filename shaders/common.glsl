@@ -1,10 +1,11 @@
 // Shared prelude of every Backplane compute shader.
 //
-// Binding convention (set 0, all storage buffers):
+// Binding convention (set 0, storage buffers):
 //   0  per-run argument ring (int32 words); this dispatch's block starts at pc.base
 //   1  device error word pair {flags, first dispatch id}, checked by synchronize()
-//   2+ the op's operands
-// Push constants (32 bytes, within the 128 bytes every device offers):
+// The op's operands are buffer-device addresses in pc.addr, "slot" k + 2 for
+// operand k (dtypes.glsl), so no operand is limited by maxStorageBufferRange.
+// Push constants (96 bytes, within the 128 bytes every device offers):
 //   base  word offset of this dispatch's argument block in the ring
 //   n     work items of the dispatch (elements, rows, ...)
 //   id    dispatch number inside the command buffer, reported with errors
@@ -12,11 +13,14 @@
 //         is chosen by a specialization constant instead, see eltwise.glsl)
 //   p[4]  family-specific (elementwise fast path: the records' offsets), so
 //         the hot path reads no argument block
+//   addr[8] operand k's window start (64-byte aligned), as two uint32 words
 // Layout records in the argument block are [offset, stride0..stride7] (9 words,
 // int32 elements). Dims were coalesced and permuted by the host.
 #extension GL_EXT_shader_16bit_storage : enable
 #extension GL_EXT_shader_8bit_storage : enable
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : enable
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
 
 #ifndef WG
 #define WG 256
@@ -31,6 +35,7 @@ layout(push_constant) uniform PC {
   uint id;
   uint extra;
   ivec4 p;
+  uvec2 addr[8];  // operand addresses (DECL_* in dtypes.glsl)
 } pc;
 
 int A(int i) { return g_args.w[int(pc.base) + i]; }

@@ -52,14 +52,14 @@ void main() {
         const int kh = r / KW, kw = r - kh * KW;
         const int ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
         if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-          v = LD(IN_DT, x[xo + ((n * C + grp * cg + c) * H + ih) * W + iw]);
+          v = LD(IN_DT, x.v[xo + ((n * C + grp * cg + c) * H + ih) * W + iw]);
       }
       As[kk][mm] = v;
     }
     for (int e = lid; e < BK * BN; e += 256) {
       const int kk = e / BN, nn = e % BN;
       const int k = k0 + kk, oc = tn * BN + nn;
-      Bs[kk][nn] = (k < K && oc < og) ? LD(IN_DT, w[wo + (grp * og + oc) * K + k]) : CT(0);
+      Bs[kk][nn] = (k < K && oc < og) ? LD(IN_DT, w.v[wo + (grp * og + oc) * K + k]) : CT(0);
     }
     barrier();
     for (int kk = 0; kk < BK; ++kk) {
@@ -81,8 +81,8 @@ void main() {
       if (ocl >= og) continue;
       const int oc = grp * og + ocl;
       CT v = acc[i][j];
-      if (has_bias) v += LD(IN_DT, bias[A(18) + oc]);
-      o[A(19) + (n * O + oc) * ohw + pix] = SV(IN_DT, v);
+      if (has_bias) v += LD(IN_DT, bias.v[A(18) + oc]);
+      o.v[A(19) + (n * O + oc) * ohw + pix] = SV(IN_DT, v);
     }
   }
 }

@@ -99,27 +99,27 @@ void main() {
     if (BCAST0) {
       // A broadcast scalar.
 #ifdef SAME
-      for (int i = i0; i < end; ++i) o[oo + i] = a[oa];
+      for (int i = i0; i < end; ++i) o.v[oo + i] = a.v[oa];
 #else
-      const OT v = convert(LD(IN_DT, a[oa]));
-      for (int i = i0; i < end; ++i) o[oo + i] = SV(OUT_DT, v);
+      const OT v = convert(LD(IN_DT, a.v[oa]));
+      for (int i = i0; i < end; ++i) o.v[oo + i] = SV(OUT_DT, v);
 #endif
       return;
     }
     if (!FAST_TAIL || i0 + 4 <= n) {
 #ifdef SAME
-      o4[oo / 4 + j] = a4[oa / 4 + j];
+      o4.v[oo / 4 + j] = a4.v[oa / 4 + j];
 #else
-      CTYPE4(IN_DT) va = LD4(IN_DT, a4[oa / 4 + j]);
+      CTYPE4(IN_DT) va = LD4(IN_DT, a4.v[oa / 4 + j]);
       CTYPE4(OUT_DT) r = CTYPE4(OUT_DT)(convert(va.x), convert(va.y), convert(va.z), convert(va.w));
-      o4[oo / 4 + j] = SV4(OUT_DT, r);
+      o4.v[oo / 4 + j] = SV4(OUT_DT, r);
 #endif
     } else {
       for (int i = i0; i < n; ++i) {
 #ifdef SAME
-        o[oo + i] = a[oa + i];
+        o.v[oo + i] = a.v[oa + i];
 #else
-        o[oo + i] = SV(OUT_DT, convert(LD(IN_DT, a[oa + i])));
+        o.v[oo + i] = SV(OUT_DT, convert(LD(IN_DT, a.v[oa + i])));
 #endif
       }
     }
@@ -131,9 +131,9 @@ void main() {
     int off[NREC];
     elem_offsets(i, off);
 #ifdef SAME
-    o[off[1]] = a[off[0]];
+    o.v[off[1]] = a.v[off[0]];
 #else
-    o[off[1]] = SV(OUT_DT, convert(LD(IN_DT, a[off[0]])));
+    o.v[off[1]] = SV(OUT_DT, convert(LD(IN_DT, a.v[off[0]])));
 #endif
   }
 }

@@ -121,18 +121,22 @@ uint f2bf(float f) {
 #define LD(D, x) PASTE(LD_, D)(x)
 #define SV(D, c) PASTE(SV_, D)(c)
 
-// Buffer declarations: a scalar view `name[]` and an aliased 4-vector view
-// `name4[]` of the same binding.
-#define DECL_RO(bind, name, D)                                                        \
-  layout(set = 0, binding = bind, std430) readonly buffer Buf_##name { STYPE(D) name[]; }; \
-  layout(set = 0, binding = bind, std430) readonly buffer Buf4_##name { V4TYPE(D) name##4[]; };
-#define DECL_RW(bind, name, D)                                               \
-  layout(set = 0, binding = bind, std430) buffer Buf_##name { STYPE(D) name[]; }; \
-  layout(set = 0, binding = bind, std430) buffer Buf4_##name { V4TYPE(D) name##4[]; };
-#define DECL_RO1(bind, name, D) \
-  layout(set = 0, binding = bind, std430) readonly buffer Buf_##name { STYPE(D) name[]; };
-#define DECL_RW1(bind, name, D) \
-  layout(set = 0, binding = bind, std430) buffer Buf_##name { STYPE(D) name[]; };
+// Operand declarations. Operands are buffer references (physical storage
+// buffer addresses, VK_KHR_buffer_device_address), not descriptors, so a
+// tensor may be larger than maxStorageBufferRange: operand k's address
+// (binding slot bind = k + 2) is pc.addr[k], the start of its window (aligned
+// to 64 bytes). Each declares a global `name` with a scalar view `name.v[]`
+// and, for DECL_RO/DECL_RW, `name4.v[]`, an aliased 4-vector view.
+#define DECL_REF_(q, name, T, bind)                                                        \
+  layout(buffer_reference, std430, buffer_reference_align = 16) q buffer Ref_##name { T v[]; }; \
+  Ref_##name name = Ref_##name(pc.addr[(bind) - 2]);
+#define DECL_RO(bind, name, D) DECL_REF_(readonly, name, STYPE(D), bind) DECL_REF_(readonly, name##4, V4TYPE(D), bind)
+#define DECL_RW(bind, name, D) DECL_REF_(, name, STYPE(D), bind) DECL_REF_(, name##4, V4TYPE(D), bind)
+#define DECL_RO1(bind, name, D) DECL_REF_(readonly, name, STYPE(D), bind)
+#define DECL_RW1(bind, name, D) DECL_REF_(, name, STYPE(D), bind)
+// A buffer of a plain GLSL type T (index outputs, split-pass partials).
+#define DECL_RAW(bind, name, T) DECL_REF_(, name, T, bind)
+#define DECL_RAW_RO(bind, name, T) DECL_REF_(readonly, name, T, bind)
 
 // Compute classes usable in #if: IN_FC (float compute), IN_DC (double),
 // IN_LC (int64), IN_IC (int); same with OUT_.
@@ -168,8 +172,7 @@ uint f2bf(float f) {
 
 // Index reads: i64 indices are read as two int32 words, so indexing needs no
 // 64-bit integer support.
-#define DECL_IDX(bind, name) \
-  layout(set = 0, binding = bind, std430) readonly buffer Buf_##name { ivec2 name[]; };
+#define DECL_IDX(bind, name) DECL_REF_(readonly, name, ivec2, bind)
 // Returns the normalised index in [0, size) or -1 when out of range.
 int norm_index(ivec2 v, int size) {
   int lo = v.x;

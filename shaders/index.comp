@@ -28,11 +28,11 @@ void main() {
     io += r * A(17 + d);
     oo += r * A(25 + d);
   }
-  int k = norm_index(idx[io], A(37));
+  int k = norm_index(idx.v[io], A(37));
   if (k < 0) {
     raise_error(ERR_INDEX);
-    o[oo] = RAWSV(IN_DT, 0);
+    o.v[oo] = RAWSV(IN_DT, 0);
     return;
   }
-  o[oo] = x[xo + k * A(36)];
+  o.v[oo] = x.v[xo + k * A(36)];
 }

@@ -50,12 +50,12 @@ void main() {
     for (int e = lid; e < BM * BK; e += 256) {
       int mm = e / BK, kk = e % BK;
       int gm = tm * BM + mm, gk = k0 + kk;
-      As[kk][mm] = (gm < M && gk < K) ? LD(IN_DT, a[ao + gm * a_sm + gk * a_sk]) : CT(0);
+      As[kk][mm] = (gm < M && gk < K) ? LD(IN_DT, a.v[ao + gm * a_sm + gk * a_sk]) : CT(0);
     }
     for (int e = lid; e < BK * BN; e += 256) {
       int kk = e / BN, nn = e % BN;
       int gk = k0 + kk, gn = tn * BN + nn;
-      Bs[kk][nn] = (gk < K && gn < N) ? LD(IN_DT, b[bo + gk * b_sk + gn * b_sn]) : CT(0);
+      Bs[kk][nn] = (gk < K && gn < N) ? LD(IN_DT, b.v[bo + gk * b_sk + gn * b_sn]) : CT(0);
     }
     barrier();
     for (int kk = 0; kk < BK; ++kk) {
@@ -72,7 +72,7 @@ void main() {
     if (gm >= M) continue;
     for (int j = 0; j < 4; ++j) {
       int gn = tn * BN + tx + 16 * j;
-      if (gn < N) c[co + gm * N + gn] = SV(IN_DT, acc[i][j]);
+      if (gn < N) c.v[co + gm * N + gn] = SV(IN_DT, acc[i][j]);
     }
   }
 }

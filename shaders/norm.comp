@@ -87,20 +87,20 @@ void main() {
     CT m = CT(-uintBitsToFloat(0x7f800000u));
     for (int i = first; i < n; i += step) {
       row_offsets(R_INNER, i, ii, io);
-      m = nanmax(m, LD(IN_DT, x[base + ii]));
+      m = nanmax(m, LD(IN_DT, x.v[base + ii]));
     }
     m = group_max(m, group);
     CT s = CT(0);
     for (int i = first; i < n; i += step) {
       row_offsets(R_INNER, i, ii, io);
-      s += EXP(LD(IN_DT, x[base + ii]) - m);
+      s += EXP(LD(IN_DT, x.v[base + ii]) - m);
     }
     s = group_sum(s, group);
     const CT ls = LOG(s);
     for (int i = first; i < n; i += step) {
       row_offsets(R_INNER, i, ii, io);
-      CT v = LD(IN_DT, x[base + ii]) - m;
-      o[obase + io] = SV(IN_DT, OP == 0 ? EXP(v) / s : v - ls);
+      CT v = LD(IN_DT, x.v[base + ii]) - m;
+      o.v[obase + io] = SV(IN_DT, OP == 0 ? EXP(v) / s : v - ls);
     }
     return;
   }
@@ -109,21 +109,21 @@ void main() {
   CT s = CT(0);
   for (int i = first; i < n; i += step) {
     row_offsets(R_INNER, i, ii, io);
-    s += LD(IN_DT, x[base + ii]);
+    s += LD(IN_DT, x.v[base + ii]);
   }
   const CT mean = group_sum(s, group) / CT(n);
   CT q = CT(0);
   for (int i = first; i < n; i += step) {
     row_offsets(R_INNER, i, ii, io);
-    CT d = LD(IN_DT, x[base + ii]) - mean;
+    CT d = LD(IN_DT, x.v[base + ii]) - mean;
     q += d * d;
   }
   q = group_sum(q, group);
   if (OP == 3) {
     if (!group || lid == 0u) {
       // PyTorch's divisor: max(0, N - correction) (an empty row gives 0/0, NaN).
-      o[obase] = SV(IN_DT, q / max(CT(0), CT(n) - param_ct(4)));
-      o2[A(RPARAMS + 1) + ob] = SV(IN_DT, mean);
+      o.v[obase] = SV(IN_DT, q / max(CT(0), CT(n) - param_ct(4)));
+      o2.v[A(RPARAMS + 1) + ob] = SV(IN_DT, mean);
     }
     return;
   }
@@ -131,9 +131,9 @@ void main() {
   const int flags = A(RPARAMS);
   for (int i = first; i < n; i += step) {
     row_offsets(R_INNER, i, ii, io);
-    CT y = (LD(IN_DT, x[base + ii]) - mean) * rstd;
-    if ((flags & 1) != 0) y *= LD(IN_DT, wt[A(RPARAMS + 2) + i]);
-    if ((flags & 2) != 0) y += LD(IN_DT, bs[A(RPARAMS + 3) + i]);
-    o[obase + io] = SV(IN_DT, y);
+    CT y = (LD(IN_DT, x.v[base + ii]) - mean) * rstd;
+    if ((flags & 1) != 0) y *= LD(IN_DT, wt.v[A(RPARAMS + 2) + i]);
+    if ((flags & 2) != 0) y += LD(IN_DT, bs.v[A(RPARAMS + 3) + i]);
+    o.v[obase + io] = SV(IN_DT, y);
   }
 }

@@ -14,7 +14,7 @@ layout(constant_id = 0) const int OP = 0;
 DECL_RO1(2, x, IN_DT)
 DECL_RW1(3, o, IN_DT)
 #define CT CTYPE(IN_DT)
-layout(set = 0, binding = 4, std430) buffer Scratch { CT part[]; };
+DECL_RAW(4, part, CT)
 
 shared CT sh[WG];
 
@@ -55,7 +55,7 @@ CT accumulate(int base, int first, int step, int n, bool partials) {
     int ii, io;
     if (simple) ii = i * st;
     else row_offsets(R_INNER, i, ii, io);
-    CT v = partials ? part[base + i] : LD(IN_DT, x[base + ii]);
+    CT v = partials ? part.v[base + i] : LD(IN_DT, x.v[base + ii]);
 #ifdef IN_FLOAT
     if (OP <= 1) {
       precise CT y = v - comp;
@@ -74,7 +74,7 @@ void store(int ob, CT acc, int n) {
 #ifdef IN_FLOAT
   if (OP == 1) acc = acc / CT(n);
 #endif
-  o[OUT_OFF + ob] = SV(IN_DT, acc);
+  o.v[OUT_OFF + ob] = SV(IN_DT, acc);
 }
 
 void main() {
@@ -109,6 +109,6 @@ void main() {
     barrier();
   }
   if (lid != 0u) return;
-  if (pc.extra == 2u) part[g] = sh[0];
+  if (pc.extra == 2u) part.v[g] = sh[0];
   else store(ob, sh[0], n);
 }

@@ -43,13 +43,13 @@ CT scan_range(int base, int obase, int n, int lo, int hi, CT start, bool write) 
     int i = rev ? n - 1 - p : p;
     int ii, io;
     row_offsets(R_INNER, i, ii, io);
-    CT v = LD(IN_DT, x[base + ii]);
+    CT v = LD(IN_DT, x.v[base + ii]);
     if (excl) {
-      if (write) o[obase + io] = SV(IN_DT, acc.s);
+      if (write) o.v[obase + io] = SV(IN_DT, acc.s);
       acc_add(acc, v);
     } else {
       acc_add(acc, v);
-      if (write) o[obase + io] = SV(IN_DT, acc.s);
+      if (write) o.v[obase + io] = SV(IN_DT, acc.s);
     }
   }
   return acc.s;

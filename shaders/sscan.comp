@@ -46,15 +46,15 @@ void main() {
   for (int j = 0; j < MAXN; ++j) h[j] = CT(0);
   for (int t = 0; t < L; ++t) {
     const int bl = bi * L + t;
-    CT d = LD(IN_DT, dl[A(5) + bl * D + ch]);
+    CT d = LD(IN_DT, dl.v[A(5) + bl * D + ch]);
     if (sp) d = isnan(d) ? d : SOFTPLUS(d);
-    const CT du = d * LD(IN_DT, u[A(4) + bl * D + ch]);
+    const CT du = d * LD(IN_DT, u.v[A(4) + bl * D + ch]);
     CT acc = CT(0);
     for (int j = 0; j < N; ++j) {
-      h[j] = EXP(d * LD(IN_DT, am[A(6) + ch * N + j])) * h[j] + du * LD(IN_DT, bm[A(7) + bl * N + j]);
-      acc += h[j] * LD(IN_DT, cm[A(8) + bl * N + j]);
+      h[j] = EXP(d * LD(IN_DT, am.v[A(6) + ch * N + j])) * h[j] + du * LD(IN_DT, bm.v[A(7) + bl * N + j]);
+      acc += h[j] * LD(IN_DT, cm.v[A(8) + bl * N + j]);
     }
-    y[A(9) + bl * D + ch] = SV(IN_DT, acc);
+    y.v[A(9) + bl * D + ch] = SV(IN_DT, acc);
   }
-  for (int j = 0; j < N; ++j) hs[A(10) + (bi * D + ch) * N + j] = SV(IN_DT, h[j]);
+  for (int j = 0; j < N; ++j) hs.v[A(10) + (bi * D + ch) * N + j] = SV(IN_DT, h[j]);
 }

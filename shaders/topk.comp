@@ -12,7 +12,7 @@ layout(local_size_x = WG) in;
 
 DECL_RO1(2, x, IN_DT)
 DECL_RW1(3, ov, IN_DT)
-layout(set = 0, binding = 4, std430) buffer OutIdx { ivec2 oi[]; };
+DECL_RAW(4, oi, ivec2)
 
 #define CT CTYPE(IN_DT)
 shared CT shv[WG];
@@ -54,7 +54,7 @@ void main() {
     for (int i = int(lid); i < n; i += WG) {
       int ii, iu;
       row_offsets(R_INNER, i, ii, iu);
-      CT v = LD(IN_DT, x[base + ii]);
+      CT v = LD(IN_DT, x.v[base + ii]);
       if ((pi < 0 || before(pv, pi, v, i)) && before(v, i, bv, bi)) {
         bv = v;
         bi = i;
@@ -73,8 +73,8 @@ void main() {
     pv = shv[0];
     pi = shi[0];
     if (lid == 0u) {
-      ov[vo + ob + r * ost] = SV(IN_DT, pv);
-      oi[io + ob + r * ost] = ivec2(pi, 0);
+      ov.v[vo + ob + r * ost] = SV(IN_DT, pv);
+      oi.v[io + ob + r * ost] = ivec2(pi, 0);
     }
     barrier();
   }

@@ -129,14 +129,14 @@ void main() {
     if (!FAST_TAIL || i0 + 4 <= n) {
       CTYPE4(OUT_DT) r;
       if (BCAST0) {
-        r = CTYPE4(OUT_DT)(op(LD(IN_DT, a[oa])));  // a broadcast scalar
+        r = CTYPE4(OUT_DT)(op(LD(IN_DT, a.v[oa])));  // a broadcast scalar
       } else {
-        CTYPE4(IN_DT) va = LD4(IN_DT, a4[oa / 4 + j]);
+        CTYPE4(IN_DT) va = LD4(IN_DT, a4.v[oa / 4 + j]);
         r = CTYPE4(OUT_DT)(op(va.x), op(va.y), op(va.z), op(va.w));
       }
-      o4[oo / 4 + j] = SV4(OUT_DT, r);
+      o4.v[oo / 4 + j] = SV4(OUT_DT, r);
     } else {
-      for (int i = i0; i < n; ++i) o[oo + i] = SV(OUT_DT, op(LD(IN_DT, a[BCAST0 ? oa : oa + i])));
+      for (int i = i0; i < n; ++i) o.v[oo + i] = SV(OUT_DT, op(LD(IN_DT, a.v[BCAST0 ? oa : oa + i])));
     }
     return;
   }
@@ -145,6 +145,6 @@ void main() {
     if (i >= n) break;
     int off[NREC];
     elem_offsets(i, off);
-    o[off[1]] = SV(OUT_DT, op(LD(IN_DT, a[off[0]])));
+    o.v[off[1]] = SV(OUT_DT, op(LD(IN_DT, a.v[off[0]])));
   }
 }

@@ -22,6 +22,6 @@ void main() {
     if (i >= n) break;
     int off[NREC];
     elem_offsets(i, off);
-    o[off[3]] = RAWSV(IN_DT, uint(cnd[off[0]]) != 0u ? RAWLD(IN_DT, a[off[1]]) : RAWLD(IN_DT, b[off[2]]));
+    o.v[off[3]] = RAWSV(IN_DT, uint(cnd.v[off[0]]) != 0u ? RAWLD(IN_DT, a.v[off[1]]) : RAWLD(IN_DT, b.v[off[2]]));
   }
 }

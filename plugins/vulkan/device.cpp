@@ -100,17 +100,25 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
   vkEnumerateDeviceExtensionProperties(phys, nullptr, &next, exts.data());
   const bool api12 = props.apiVersion >= VK_API_VERSION_1_2;
   const bool ext8 = has_extension(exts, VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
+  const bool ext_bda = has_extension(exts, VK_KHR_BUFFER_DEVICE_ADDRESS_EXTENSION_NAME);
+  BPVK_CHECK(api12 || ext_bda, BP_ERR_UNAVAILABLE,
+             "vulkan: " + description + " has no buffer device addresses (Vulkan 1.2 or VK_KHR_buffer_device_address)");
 
   // Query optional features.
   VkPhysicalDevice8BitStorageFeatures f8{};
   f8.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES;
   VkPhysicalDevice16BitStorageFeatures f16{};
   f16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES;
+  VkPhysicalDeviceBufferDeviceAddressFeatures fbda{};
+  fbda.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES;
   VkPhysicalDeviceFeatures2 f2{};
   f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-  f2.pNext = &f16;
+  f2.pNext = &fbda;
+  fbda.pNext = &f16;
   if (api12 || ext8) f16.pNext = &f8;
   vkGetPhysicalDeviceFeatures2(phys, &f2);
+  BPVK_CHECK(fbda.bufferDeviceAddress, BP_ERR_UNAVAILABLE,
+             "vulkan: " + description + " lacks the bufferDeviceAddress feature");
 
   // Enable only what the shaders use.
   VkPhysicalDevice8BitStorageFeatures e8{};
@@ -126,8 +134,14 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
   e2.features.shaderFloat64 = f2.features.shaderFloat64;
   e2.features.shaderInt64 = f2.features.shaderInt64;
   e2.features.shaderInt16 = f2.features.shaderInt16;
-  e2.pNext = &e16;
+  // Operands are addressed by buffer device address (shaders/dtypes.glsl).
+  VkPhysicalDeviceBufferDeviceAddressFeatures ebda{};
+  ebda.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES;
+  ebda.bufferDeviceAddress = VK_TRUE;
+  e2.pNext = &ebda;
+  ebda.pNext = &e16;
   std::vector<const char*> enabled_exts;
+  if (!api12) enabled_exts.push_back(VK_KHR_BUFFER_DEVICE_ADDRESS_EXTENSION_NAME);
   if (api12 || ext8) {
     e16.pNext = &e8;
     if (!api12) enabled_exts.push_back(VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
@@ -152,6 +166,13 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
   dci.ppEnabledExtensionNames = enabled_exts.data();
   vk_check(vkCreateDevice(phys, &dci, nullptr, &dev), "vkCreateDevice");
   vkGetDeviceQueue(dev, queue_family, 0, &queue);
+  get_buffer_address = reinterpret_cast<PFN_vkGetBufferDeviceAddress>(
+      vkGetDeviceProcAddr(dev, api12 ? "vkGetBufferDeviceAddress" : "vkGetBufferDeviceAddressKHR"));
+  if (!get_buffer_address) {
+    vkDestroyDevice(dev, nullptr);
+    dev = VK_NULL_HANDLE;
+    fail(BP_ERR_UNAVAILABLE, "vulkan: " + description + ": no vkGetBufferDeviceAddress");
+  }
 
   try {
     memory.init(this);

@@ -37,6 +37,8 @@ class Device {
   VkPhysicalDeviceProperties props{};
   VkPhysicalDeviceMemoryProperties mem_props{};
   Features features;
+  // vkGetBufferDeviceAddress (core 1.2) or its KHR alias.
+  PFN_vkGetBufferDeviceAddress get_buffer_address = nullptr;
 
   std::mutex mu;  // one caller at a time per device
   Memory memory;

@@ -9,8 +9,7 @@ namespace bpvk {
 
 namespace {
 constexpr uint64_t kRingChunk = 1ull << 20;  // bytes of argument words per chunk
-constexpr uint32_t kSetsPerPool = 1024;
-constexpr uint32_t kMaxBindings = 12;
+constexpr uint32_t kSetsPerPool = 16;
 }  // namespace
 
 void Exec::init(Device* dev) { dev_ = dev; }
@@ -42,6 +41,7 @@ Stream* Exec::create_stream() {
     vk_check(vkCreateFence(dev_->dev, &fci, nullptr, &s->fence), "vkCreateFence");
     s->errors = dev_->memory.create_host_buffer(64, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT);
     s->ring.push_back(dev_->memory.create_host_buffer(kRingChunk, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT));
+    s->ring_sets.push_back(VK_NULL_HANDLE);
   } catch (...) {
     destroy_stream(*s);
     throw;
@@ -56,6 +56,7 @@ void Exec::destroy_stream(Stream& s) {
   s.desc_pools.clear();
   for (auto& c : s.ring) dev_->memory.destroy_host_buffer(c);
   s.ring.clear();
+  s.ring_sets.clear();
   dev_->memory.destroy_host_buffer(s.errors);
   if (s.fence) vkDestroyFence(d, s.fence, nullptr);
   if (s.pool) vkDestroyCommandPool(d, s.pool, nullptr);
@@ -66,14 +67,14 @@ void Exec::destroy_stream(Stream& s) {
 }
 
 void Exec::reset_stream(Stream& s) {
-  for (auto p : s.desc_pools) vkResetDescriptorPool(dev_->dev, p, 0);
-  s.desc_pool_cur = 0;
   s.ring_chunk = 0;
   s.ring_used = 0;
   auto* e = static_cast<uint32_t*>(s.errors.ptr);
   e[0] = 0;
   e[1] = 0xffffffffu;
   s.op_names.clear();
+  s.dispatch_calls.clear();
+  s.n_calls = 0;
   for (uint64_t h : s.retired_scratch) dev_->memory.free(h);
   s.retired_scratch.clear();
   s.written.clear();
@@ -125,6 +126,8 @@ void Exec::ensure_begun() {
   if (it == active_.end() || !it->second->recording) begin();
 }
 
+void Exec::begin_call() { ++current().n_calls; }
+
 Stream& Exec::current() {
   ensure_begun();
   return *active_.at(std::this_thread::get_id());
@@ -149,10 +152,11 @@ Binding Exec::scratch(uint64_t bytes) {
   return b;
 }
 
-VkDescriptorSet Exec::allocate_set(Stream& s, VkDescriptorSetLayout layout) {
-  for (;;) {
-    if (s.desc_pool_cur == s.desc_pools.size()) {
-      VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * kMaxBindings};
+VkDescriptorSet Exec::allocate_set(Stream& s) {
+  VkDescriptorSetLayout layout = dev_->pipelines.set_layout();
+  for (int attempt = 0;; ++attempt) {
+    if (attempt > 0 || s.desc_pools.empty()) {
+      VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * 2};
       VkDescriptorPoolCreateInfo ci{};
       ci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
       ci.maxSets = kSetsPerPool;
@@ -164,15 +168,36 @@ VkDescriptorSet Exec::allocate_set(Stream& s, VkDescriptorSetLayout layout) {
     }
     VkDescriptorSetAllocateInfo ai{};
     ai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
-    ai.descriptorPool = s.desc_pools[s.desc_pool_cur];
+    ai.descriptorPool = s.desc_pools.back();
     ai.descriptorSetCount = 1;
     ai.pSetLayouts = &layout;
     VkDescriptorSet set = VK_NULL_HANDLE;
     VkResult r = vkAllocateDescriptorSets(dev_->dev, &ai, &set);
     if (r == VK_SUCCESS) return set;
-    if (r != VK_ERROR_OUT_OF_POOL_MEMORY && r != VK_ERROR_FRAGMENTED_POOL) vk_check(r, "vkAllocateDescriptorSets");
-    ++s.desc_pool_cur;
+    if ((r != VK_ERROR_OUT_OF_POOL_MEMORY && r != VK_ERROR_FRAGMENTED_POOL) || attempt > 0)
+      vk_check(r, "vkAllocateDescriptorSets");
   }
+}
+
+// The descriptor set of a ring chunk (the chunk and the error words): the
+// only descriptors there are, made once per chunk, so recording a dispatch
+// writes no descriptors.
+VkDescriptorSet Exec::ring_set(Stream& s, size_t chunk) {
+  if (s.ring_sets[chunk]) return s.ring_sets[chunk];
+  VkDescriptorSet set = allocate_set(s);
+  VkDescriptorBufferInfo infos[2] = {{s.ring[chunk].buffer, 0, s.ring[chunk].size}, {s.errors.buffer, 0, 8}};
+  VkWriteDescriptorSet writes[2]{};
+  for (uint32_t i = 0; i < 2; ++i) {
+    writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+    writes[i].dstSet = set;
+    writes[i].dstBinding = i;
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  vkUpdateDescriptorSets(dev_->dev, 2, writes, 0, nullptr);
+  s.ring_sets[chunk] = set;
+  return set;
 }
 
 std::pair<size_t, uint32_t> Exec::ring_put(Stream& s, std::span<const int32_t> args) {
@@ -180,9 +205,11 @@ std::pair<size_t, uint32_t> Exec::ring_put(Stream& s, std::span<const int32_t> a
   if (s.ring_used + bytes > s.ring[s.ring_chunk].size) {
     ++s.ring_chunk;
     s.ring_used = 0;
-    if (s.ring_chunk == s.ring.size() || s.ring[s.ring_chunk].size < bytes)
+    if (s.ring_chunk == s.ring.size() || s.ring[s.ring_chunk].size < bytes) {
       s.ring.insert(s.ring.begin() + static_cast<ptrdiff_t>(s.ring_chunk),
                     dev_->memory.create_host_buffer(std::max(kRingChunk, bytes), VK_BUFFER_USAGE_STORAGE_BUFFER_BIT));
+      s.ring_sets.insert(s.ring_sets.begin() + static_cast<ptrdiff_t>(s.ring_chunk), VK_NULL_HANDLE);
+    }
   }
   auto* base = static_cast<uint8_t*>(s.ring[s.ring_chunk].ptr) + s.ring_used;
   if (!args.empty()) std::memcpy(base, args.data(), args.size_bytes());
@@ -194,7 +221,8 @@ std::pair<size_t, uint32_t> Exec::ring_put(Stream& s, std::span<const int32_t> a
 void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
                     uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords) {
   Stream& s = current();
-  BPVK_CHECK(operands.size() + 2 == p.n_bindings, BP_ERR_INTERNAL, "vulkan: operand count mismatch");
+  BPVK_CHECK(operands.size() == p.n_operands && operands.size() <= kMaxOperands, BP_ERR_INTERNAL,
+             "vulkan: operand count mismatch");
   if (groups == 0) return;
 
   // Hazards: read-after-write, write-after-write and write-after-read on the
@@ -220,27 +248,12 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
   }
 
   const auto [chunk, word] = ring_put(s, args);
-  VkDescriptorSet set = allocate_set(s, p.set_layout);
-  VkDescriptorBufferInfo infos[kMaxBindings];
-  VkWriteDescriptorSet writes[kMaxBindings];
-  BPVK_CHECK(p.n_bindings <= kMaxBindings, BP_ERR_INTERNAL, "vulkan: too many bindings");
-  infos[0] = {s.ring[chunk].buffer, 0, s.ring[chunk].size};
-  infos[1] = {s.errors.buffer, 0, 8};
-  for (size_t i = 0; i < operands.size(); ++i) infos[i + 2] = {operands[i].buffer, operands[i].offset, operands[i].range};
-  for (uint32_t i = 0; i < p.n_bindings; ++i) {
-    writes[i] = VkWriteDescriptorSet{};
-    writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-    writes[i].dstSet = set;
-    writes[i].dstBinding = i;
-    writes[i].descriptorCount = 1;
-    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    writes[i].pBufferInfo = &infos[i];
-  }
-  vkUpdateDescriptorSets(dev_->dev, p.n_bindings, writes, 0, nullptr);
-
+  VkDescriptorSet set = ring_set(s, chunk);
+  PushConstants pc{word, n, s.n_dispatches, extra, {pwords[0], pwords[1], pwords[2], pwords[3]}, {}};
+  for (size_t i = 0; i < operands.size(); ++i)
+    pc.addr[i] = dev_->memory.address(operands[i].buffer, operands[i].offset);
   vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   vkCmdBindDescriptorSets(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
-  PushConstants pc{word, n, s.n_dispatches, extra, {pwords[0], pwords[1], pwords[2], pwords[3]}};
   vkCmdPushConstants(s.cmd, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
 
   // Fold the grid so every dimension stays within maxComputeWorkGroupCount.
@@ -257,6 +270,7 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
   }
   vkCmdDispatch(s.cmd, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), static_cast<uint32_t>(gz));
   s.op_names.push_back(op);
+  s.dispatch_calls.push_back(s.n_calls - 1);
   ++s.n_dispatches;
 }
 
@@ -313,7 +327,9 @@ void Exec::synchronize() {
     else if (flags & kErrCast) what = "cast of NaN, infinity or an out-of-range value to an integer type";
     else if (flags & kErrEmpty) what = "reduction over an empty dim";
     else what = "device error";
-    fail(BP_ERR_OUT_OF_RANGE, std::string(op) + ": " + what + " (vulkan, " + dev_->name + ")");
+    const int64_t call = first < s.dispatch_calls.size() ? s.dispatch_calls[first] : -1;
+    throw DataError(BP_ERR_OUT_OF_RANGE, std::string(op) + ": " + what + " (vulkan, " + dev_->name + ")",
+                    call >= 0 ? call : -1);
   }
 }
 

@@ -28,7 +28,20 @@ class Device;
 // Error flags written by shaders (shaders/common.glsl).
 enum : uint32_t { kErrIndex = 1, kErrDivZero = 2, kErrCast = 4, kErrEmpty = 8 };
 
-// One storage-buffer binding of a dispatch.
+// A data error found on the device (an index out of range, ...), reported by
+// synchronize() with the kernel call whose dispatch raised it (ABI 1.2
+// error_call_index).
+class DataError : public Error {
+ public:
+  DataError(bp_status_code code, const std::string& message, int64_t call) : Error(code, message), call_(call) {}
+  int64_t call() const noexcept { return call_; }
+
+ private:
+  int64_t call_;
+};
+
+// One operand of a dispatch: a window of a memory block's VkBuffer, passed
+// to the shader as the device address of buffer + offset.
 struct Binding {
   VkBuffer buffer = VK_NULL_HANDLE;
   uint64_t offset = 0;
@@ -45,12 +58,14 @@ struct Stream {
   bool recording = false;
   uint32_t n_dispatches = 0;
   std::vector<VkDescriptorPool> desc_pools;
-  size_t desc_pool_cur = 0;
-  std::vector<HostBuffer> ring;  // argument ring chunks
+  std::vector<HostBuffer> ring;         // argument ring chunks
+  std::vector<VkDescriptorSet> ring_sets;  // per chunk: {chunk, errors}, made once
   size_t ring_chunk = 0;
   uint64_t ring_used = 0;        // bytes used in the current chunk
   HostBuffer errors;             // {flags, first dispatch id}
   std::vector<const char*> op_names;
+  std::vector<int64_t> dispatch_calls;  // per dispatch: its kernel call since begin()
+  int64_t n_calls = 0;                  // kernel calls since begin()
   std::unordered_set<uint64_t> written, read;  // since the last barrier
   uint64_t scratch = 0, scratch_size = 0;      // bp buffer handle
   std::vector<uint64_t> retired_scratch;       // freed at the next begin()
@@ -65,6 +80,8 @@ class Exec {
   // Device::mu.
   void begin();
   void ensure_begun();
+  // A kernel call starts (begins implicitly): its dispatches belong to it.
+  void begin_call();
   // Records one dispatch of `groups` workgroups (folded into a 2-D/3-D grid
   // as the device limits require). args: the dispatch's argument block.
   // extra / p: the push-constant words of the family (shaders/common.glsl).
@@ -83,7 +100,8 @@ class Exec {
   Stream* create_stream();
   void destroy_stream(Stream& s);
   void reset_stream(Stream& s);
-  VkDescriptorSet allocate_set(Stream& s, VkDescriptorSetLayout layout);
+  VkDescriptorSet allocate_set(Stream& s);
+  VkDescriptorSet ring_set(Stream& s, size_t chunk);
   std::pair<size_t, uint32_t> ring_put(Stream& s, std::span<const int32_t> args);
 
   Device* dev_ = nullptr;

@@ -9,8 +9,9 @@ namespace bpvk {
 
 namespace {
 
-constexpr VkBufferUsageFlags kBlockUsage =
-    VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+constexpr VkBufferUsageFlags kBlockUsage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                           VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+                                           VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -72,6 +73,9 @@ void Memory::init(Device* dev) {
   p2.pNext = &m3;
   vkGetPhysicalDeviceProperties2(dev->phys, &p2);
   max_alloc_ = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : (1ull << 30);
+  // Nor more than the heap the blocks come from: a buffer that cannot fit is
+  // refused by the host's plan (naming the node and the bytes) before a run.
+  max_alloc_ = std::min<uint64_t>(max_alloc_, mp.memoryHeaps[mp.memoryTypes[device_type_].heapIndex].size);
   block_size_ = std::min<uint64_t>(block_size_, max_alloc_);
 }
 
@@ -102,13 +106,26 @@ Block* Memory::new_block(uint64_t size) {
   mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
   mai.allocationSize = req.size;
   mai.memoryTypeIndex = device_type_;
+  VkMemoryAllocateFlagsInfo flags{};
+  flags.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO;
+  flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+  mai.pNext = &flags;
   VkResult r = vkAllocateMemory(dev_->dev, &mai, nullptr, &b->memory);
   if (r != VK_SUCCESS) {
     vkDestroyBuffer(dev_->dev, b->buffer, nullptr);
     fail(BP_ERR_OUT_OF_MEMORY, "vulkan: cannot allocate a " + std::to_string(size >> 20) +
                                    " MiB memory block on " + dev_->name + " (" + vk_result_name(r) + ")");
   }
-  vk_check(vkBindBufferMemory(dev_->dev, b->buffer, b->memory, 0), "vkBindBufferMemory");
+  r = vkBindBufferMemory(dev_->dev, b->buffer, b->memory, 0);
+  if (r != VK_SUCCESS) {
+    vkDestroyBuffer(dev_->dev, b->buffer, nullptr);
+    vkFreeMemory(dev_->dev, b->memory, nullptr);
+    vk_check(r, "vkBindBufferMemory");
+  }
+  VkBufferDeviceAddressInfo ai{};
+  ai.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO;
+  ai.buffer = b->buffer;
+  b->address = dev_->get_buffer_address(dev_->dev, &ai);
   if (mapped_) {
     void* p = nullptr;
     vk_check(vkMapMemory(dev_->dev, b->memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");
@@ -205,6 +222,12 @@ void Memory::free(uint64_t handle) {
       blocks_[a.block].reset();
     }
   }
+}
+
+VkDeviceAddress Memory::address(VkBuffer buffer, uint64_t offset) const {
+  for (const auto& b : blocks_)
+    if (b && b->buffer == buffer) return b->address + offset;
+  fail(BP_ERR_INTERNAL, "vulkan: an operand outside the device's memory blocks");
 }
 
 const Allocation& Memory::get(uint64_t handle) const {

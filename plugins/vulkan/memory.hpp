@@ -28,6 +28,7 @@ struct Block {
   VkBuffer buffer = VK_NULL_HANDLE;
   uint64_t size = 0;
   uint8_t* mapped = nullptr;
+  VkDeviceAddress address = 0;  // of `buffer` (shaders address operands by it)
   std::map<uint64_t, uint64_t> free;  // offset -> size, coalesced
   uint64_t live = 0;                  // allocations in this block
 };
@@ -49,6 +50,8 @@ class Memory {
   // Throws BP_ERR_INVALID_ARGUMENT for an unknown handle.
   const Allocation& get(uint64_t handle) const;
   VkBuffer vk_buffer(const Allocation& a) const { return blocks_[a.block]->buffer; }
+  // The device address of byte `offset` of a block's VkBuffer.
+  VkDeviceAddress address(VkBuffer buffer, uint64_t offset) const;
   uint8_t* mapped(const Allocation& a) const {
     auto* m = blocks_[a.block]->mapped;
     return m ? m + a.offset : nullptr;

@@ -94,21 +94,18 @@ void Pipelines::destroy() {
   pipelines_.clear();
   for (auto& [k, m] : modules_) vkDestroyShaderModule(d, m, nullptr);
   modules_.clear();
-  for (auto& [k, l] : layouts_) {
-    vkDestroyPipelineLayout(d, l.pipeline, nullptr);
-    vkDestroyDescriptorSetLayout(d, l.set, nullptr);
-  }
-  layouts_.clear();
+  if (layout_.pipeline) vkDestroyPipelineLayout(d, layout_.pipeline, nullptr);
+  if (layout_.set) vkDestroyDescriptorSetLayout(d, layout_.set, nullptr);
+  layout_ = Layout{};
   if (cache_) vkDestroyPipelineCache(d, cache_, nullptr);
   cache_ = VK_NULL_HANDLE;
   dev_ = nullptr;
 }
 
-const Pipelines::Layout& Pipelines::layout(uint32_t n_bindings) {
-  auto it = layouts_.find(n_bindings);
-  if (it != layouts_.end()) return it->second;
-  std::vector<VkDescriptorSetLayoutBinding> b(n_bindings);
-  for (uint32_t i = 0; i < n_bindings; ++i) {
+const Pipelines::Layout& Pipelines::layout() {
+  if (layout_.pipeline) return layout_;
+  VkDescriptorSetLayoutBinding b[2]{};
+  for (uint32_t i = 0; i < 2; ++i) {
     b[i].binding = i;
     b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     b[i].descriptorCount = 1;
@@ -117,8 +114,8 @@ const Pipelines::Layout& Pipelines::layout(uint32_t n_bindings) {
   Layout l;
   VkDescriptorSetLayoutCreateInfo dci{};
   dci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
-  dci.bindingCount = n_bindings;
-  dci.pBindings = b.data();
+  dci.bindingCount = 2;
+  dci.pBindings = b;
   vk_check(vkCreateDescriptorSetLayout(dev_->dev, &dci, nullptr, &l.set), "vkCreateDescriptorSetLayout");
   VkPushConstantRange pcr{VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(PushConstants)};
   VkPipelineLayoutCreateInfo pli{};
@@ -132,7 +129,8 @@ const Pipelines::Layout& Pipelines::layout(uint32_t n_bindings) {
     vkDestroyDescriptorSetLayout(dev_->dev, l.set, nullptr);
     vk_check(r, "vkCreatePipelineLayout");
   }
-  return layouts_.emplace(n_bindings, l).first->second;
+  layout_ = l;
+  return layout_;
 }
 
 bool Pipelines::shader_available(const std::string& shader) const { return find_spirv(shader) != nullptr; }
@@ -172,11 +170,12 @@ const Pipeline& Pipelines::get(const std::string& shader, const std::vector<int3
   auto key = std::make_pair(shader, spec);
   auto it = pipelines_.find(key);
   if (it != pipelines_.end()) {
-    BPVK_CHECK(it->second.n_bindings == n_operands + 2, BP_ERR_INTERNAL,
-               "vulkan: binding count mismatch for " + shader);
+    BPVK_CHECK(it->second.n_operands == n_operands, BP_ERR_INTERNAL,
+               "vulkan: operand count mismatch for " + shader);
     return it->second;
   }
-  const Layout& l = layout(n_operands + 2);
+  BPVK_CHECK(n_operands <= kMaxOperands, BP_ERR_INTERNAL, "vulkan: too many operands for " + shader);
+  const Layout& l = layout();
   std::vector<VkSpecializationMapEntry> entries(spec.size());
   for (uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4u, 4};
   VkSpecializationInfo si{};
@@ -197,7 +196,7 @@ const Pipeline& Pipelines::get(const std::string& shader, const std::vector<int3
            ("vkCreateComputePipelines (" + shader + ")").c_str());
   p.layout = l.pipeline;
   p.set_layout = l.set;
-  p.n_bindings = n_operands + 2;
+  p.n_operands = n_operands;
   cache_dirty_ = true;
   return pipelines_.emplace(std::move(key), p).first->second;
 }

@@ -19,39 +19,46 @@ struct Pipeline {
   VkPipeline pipeline = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
-  uint32_t n_bindings = 0;  // 2 fixed (args, errors) + operands
+  uint32_t n_operands = 0;  // operand addresses the shader reads (pc.addr)
 };
 
-// 32 bytes of push constants, see shaders/common.glsl.
+// Operands per dispatch (pc.addr in shaders/common.glsl).
+constexpr uint32_t kMaxOperands = 8;
+
+// 96 bytes of push constants, see shaders/common.glsl.
 struct PushConstants {
   uint32_t base;
   uint32_t n;
   uint32_t id;
   uint32_t extra;
   int32_t p[4];
+  uint64_t addr[kMaxOperands];  // uvec2 in the shaders: low word first
 };
+static_assert(sizeof(PushConstants) == 96);
 
 class Pipelines {
  public:
   void init(Device* dev);
   void destroy();
-  // n_operands: storage buffer bindings after the two fixed ones.
+  // n_operands: operand addresses the shader reads.
   const Pipeline& get(const std::string& shader, const std::vector<int32_t>& spec, uint32_t n_operands);
   bool shader_available(const std::string& shader) const;
+  VkDescriptorSetLayout set_layout() { return layout().set; }
 
  private:
   struct Layout {
     VkDescriptorSetLayout set = VK_NULL_HANDLE;
     VkPipelineLayout pipeline = VK_NULL_HANDLE;
   };
-  const Layout& layout(uint32_t n_bindings);
+  // The one layout of every pipeline: set 0 = {argument ring, error words}.
+  const Layout& layout();
   VkShaderModule module(const std::string& shader);
   std::string cache_path() const;
 
   Device* dev_ = nullptr;
   VkPipelineCache cache_ = VK_NULL_HANDLE;
   bool cache_dirty_ = false;
-  std::map<uint32_t, Layout> layouts_;
+  Layout layout_;
   std::map<std::string, VkShaderModule> modules_;
   std::map<std::pair<std::string, std::vector<int32_t>>, Pipeline> pipelines_;
 };

@@ -3,6 +3,8 @@
 #include "kernels.hpp"
 
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 namespace {
 
@@ -111,11 +113,55 @@ bp_error* api_begin(bp_device* device) {
   });
 }
 
+// The kernel call of each live error synchronize() returned for a data error
+// (error_call_index). bp_error is the SDK's {code, message}, so the index
+// lives here, keyed by the error, until error_destroy.
+std::mutex g_calls_mu;
+std::unordered_map<const bp_error*, int64_t>* g_calls = nullptr;  // never destroyed at exit
+
 bp_error* api_synchronize(bp_device* device) {
-  return sdk::guard([&] {
+  int64_t call = -1;
+  bp_error* e = sdk::guard([&] {
     Device& d = Device::from(device);
-    d.exec.synchronize();  // takes d.mu itself, and not while waiting
+    try {
+      d.exec.synchronize();  // takes d.mu itself, and not while waiting
+    } catch (const DataError& de) {
+      call = de.call();
+      throw;
+    }
   });
+  if (e && call >= 0 && e != sdk::out_of_memory_error()) {
+    try {
+      std::lock_guard<std::mutex> lock(g_calls_mu);
+      if (!g_calls) g_calls = new std::unordered_map<const bp_error*, int64_t>();
+      (*g_calls)[e] = call;
+    } catch (...) {
+      // Without the index the host names the op only.
+    }
+  }
+  return e;
+}
+
+int64_t api_error_call_index(const bp_error* e) {
+  if (!e) return -1;
+  try {
+    std::lock_guard<std::mutex> lock(g_calls_mu);
+    if (!g_calls) return -1;
+    auto it = g_calls->find(e);
+    return it == g_calls->end() ? -1 : it->second;
+  } catch (...) {
+    return -1;
+  }
+}
+
+void api_error_destroy(bp_error* e) {
+  if (!e) return;
+  try {
+    std::lock_guard<std::mutex> lock(g_calls_mu);
+    if (g_calls) g_calls->erase(e);
+  } catch (...) {
+  }
+  sdk::error_destroy(e);
 }
 
 const bp_plugin_api* api_table() {
@@ -130,7 +176,8 @@ const bp_plugin_api* api_table() {
     a.n_kernels = registry().table().size();
     a.error_code = sdk::error_code;
     a.error_message = sdk::error_message;
-    a.error_destroy = sdk::error_destroy;
+    a.error_destroy = api_error_destroy;
+    a.error_call_index = api_error_call_index;
     a.initialize = api_initialize;
     a.shutdown = api_shutdown;
     a.device_count = api_device_count;
