@@ -40,7 +40,11 @@ OT op(CT x, CT y) {
   if (OP == 3) return x / y;
   if (OP == 4) return (isnan(x) || isnan(y)) ? x + y : max(x, y);
   if (OP == 5) return (isnan(x) || isnan(y)) ? x + y : min(x, y);
-#ifdef IN_FC
+  // pow only in the _pow variants (-DPOW): lavapipe compiles every
+  // pipeline of a module with all of its code, dead branches included.
+#if !defined(POW)
+  return x;
+#elif defined(IN_FC)
   return pow_f(x, y);
 #else
   return pow_d(x, y);

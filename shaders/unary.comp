@@ -46,6 +46,19 @@ const float C_GELU_A = 0.044715;
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const int OP = 0;
 
+// Which transcendental ops this variant holds: -DUOP=k only op k (the host
+// picks unary_<dtype>_op<k> for them), -DUNARY_CHEAP none (unary_<dtype>,
+// the cheap ops). Lavapipe compiles a pipeline in time that grows with all
+// the code of the module, dead branches of the spec constant included (one
+// variant with every op: ~200-400 ms a pipeline; one op: a few ms).
+#if defined(UOP)
+#define HAS_OP(k) (UOP == (k))
+#elif defined(UNARY_CHEAP)
+#define HAS_OP(k) 0
+#else
+#define HAS_OP(k) 1
+#endif
+
 DECL_RO(2, a, IN_DT)
 DECL_RW(3, o, OUT_DT)
 
@@ -90,31 +103,53 @@ CT op(CT x) {
   if (OP == 15) return roundEven(x);
   if (OP == 16) return (x > CT(0) || isnan(x)) ? x : CT(0);
   if (OP == 23) return param_in(0) * x + param_in(PWORDS);
+#if HAS_OP(7)
   if (OP == 7) return M_EXP(x);
+#endif
+#if HAS_OP(8)
   if (OP == 8) return M_LOG(x);
+#endif
+#if HAS_OP(9)
   if (OP == 9) return M_SIN(x);
+#endif
+#if HAS_OP(10)
   if (OP == 10) return M_COS(x);
+#endif
+#if HAS_OP(11)
   if (OP == 11) return M_TANH(x);
+#endif
+#if HAS_OP(12)
   if (OP == 12) return M_ERF(x);
+#endif
+#if HAS_OP(17)
   if (OP == 17) {
     if (x >= CT(0)) return CT(1) / (CT(1) + M_EXP(-x));
     CT e = M_EXP(x);
     return e / (CT(1) + e);
   }
+#endif
+#if HAS_OP(18)
   if (OP == 18) {
     if (x >= CT(0)) return x / (CT(1) + M_EXP(-x));
     CT e = M_EXP(x);
     return x * e / (CT(1) + e);
   }
+#endif
+#if HAS_OP(19)
   if (OP == 19) {
     if (isnan(x)) return x;
     return max(x, CT(0)) + M_LOG1P(M_EXP(-abs(x)));
   }
+#endif
+#if HAS_OP(20)
   if (OP == 20) return CT(0.5) * x * M_ERFC(-x * C_SQRT1_2);
+#endif
+#if HAS_OP(21)
   if (OP == 21) {
     CT u = C_GELU_K * (x + C_GELU_A * x * x * x);
     return x / (CT(1) + M_EXP(CT(-2) * u));
   }
+#endif
 #endif
   return x;
 }
@@ -132,7 +167,9 @@ void main() {
         r = CTYPE4(OUT_DT)(op(LD(IN_DT, a.v[oa])));  // a broadcast scalar
       } else {
         CTYPE4(IN_DT) va = LD4(IN_DT, a4.v[oa / 4 + j]);
-        r = CTYPE4(OUT_DT)(op(va.x), op(va.y), op(va.z), op(va.w));
+        // One call site in a loop, not four: lavapipe's compile time grows
+        // with every inlined copy of a transcendental.
+        for (int c = 0; c < 4; ++c) r[c] = op(va[c]);
       }
       o4.v[oo / 4 + j] = SV4(OUT_DT, r);
     } else {

@@ -85,7 +85,10 @@ void binary_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_dtype od = c.row.dtypes.back();
   const std::string family = od == BP_DTYPE_BOOL && c.row.code >= 100 ? "compare" : "binary";
-  eltwise_dispatch(c, shader(family, d), {c.row.code % 100}, true,
+  // pow (code 6) on floats is a module of its own (shaders/binary.comp: POW),
+  // so the other ops' pipelines compile without it.
+  const bool pw = family == "binary" && c.row.code == 6;
+  eltwise_dispatch(c, shader(family, d) + (pw ? "_pow" : ""), {c.row.code % 100}, true,
                    {{&c.in[0], &c.lin(0), d}, {&c.in[1], &c.lin(1), d}}, c.out[0], c.lout(), od, Args{});
 }
 
@@ -145,7 +148,11 @@ void unary_impl(Call& c) {
     param_value(p, d, ap.mul, 0);
     param_value(p, d, ap.add, 0);
   }
-  eltwise_dispatch(c, shader("unary", d), {code}, true, {{&c.in[0], &c.lin(0), d}}, c.out[0], c.lout(), d, p);
+  // Transcendental ops have a SPIR-V module each (shaders/unary.comp: UOP),
+  // which lavapipe compiles ~10x faster than one holding every op.
+  const bool transcendental = (code >= 7 && code <= 12) || (code >= 17 && code <= 21);
+  const std::string name = transcendental ? shader("unary", d) + "_op" + std::to_string(code) : shader("unary", d);
+  eltwise_dispatch(c, name, {code}, true, {{&c.in[0], &c.lin(0), d}}, c.out[0], c.lout(), d, p);
 }
 
 void where_impl(Call& c) {

@@ -3,91 +3,176 @@
 #include "device.hpp"
 #include "spirv.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 namespace bpvk {
 
 namespace {
 
-bool disk_cache_enabled() {
-  const char* e = std::getenv("BACKPLANE_VULKAN_PIPELINE_CACHE");
-  return !(e && (std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0));
+// The on-disk pipeline cache file: this header, then the driver's
+// vkGetPipelineCacheData bytes. Anything that does not match this device,
+// driver and plugin build, or whose data does not check out, is ignored.
+struct CacheHeader {
+  char magic[8];  // "BPVKPC\0\1"
+  uint32_t vendor_id;
+  uint32_t device_id;
+  uint32_t driver_version;
+  uint32_t header_size;  // sizeof(CacheHeader)
+  uint8_t uuid[VK_UUID_SIZE];  // pipelineCacheUUID
+  uint64_t build;              // spirv_fingerprint() of the plugin build
+  uint64_t data_size;
+  uint64_t data_hash;  // FNV-1a of the data
+};
+constexpr char kCacheMagic[8] = {'B', 'P', 'V', 'K', 'P', 'C', '\0', '\1'};
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
 }
 
 }  // namespace
 
+// $BACKPLANE_CACHE_DIR (`off`: no disk cache), else $XDG_CACHE_HOME/backplane,
+// else ~/.cache/backplane; empty when disabled (also by the older
+// BACKPLANE_VULKAN_PIPELINE_CACHE=0) or when there is no such place.
 std::string Pipelines::cache_path() const {
   namespace fs = std::filesystem;
+  if (const char* e = std::getenv("BACKPLANE_VULKAN_PIPELINE_CACHE");
+      e && (std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0))
+    return {};
   fs::path dir;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+  if (const char* c = std::getenv("BACKPLANE_CACHE_DIR"); c && *c) {
+    if (std::strcmp(c, "off") == 0) return {};
+    dir = fs::path(c);
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
     dir = fs::path(x) / "backplane";
   } else if (const char* h = std::getenv("HOME"); h && *h) {
     dir = fs::path(h) / ".cache" / "backplane";
   } else {
     return {};
   }
-  char name[96];
-  std::snprintf(name, sizeof name, "vulkan-%04x-%04x-%08x.pipelines", dev_->props.vendorID, dev_->props.deviceID,
-                dev_->props.driverVersion);
+  // One file per device and driver (pipelineCacheUUID names the driver build).
+  std::string uuid;
+  char hex[3];
+  for (uint8_t b : dev_->props.pipelineCacheUUID) {
+    std::snprintf(hex, sizeof hex, "%02x", b);
+    uuid += hex;
+  }
+  char name[160];
+  std::snprintf(name, sizeof name, "vulkan-%04x-%04x-%s.pipelines", dev_->props.vendorID, dev_->props.deviceID,
+                uuid.c_str());
   return (dir / name).string();
 }
 
 void Pipelines::init(Device* dev) {
   dev_ = dev;
+  path_ = cache_path();
   std::vector<char> data;
-  if (disk_cache_enabled()) {
-    const std::string path = cache_path();
-    std::ifstream in(path, std::ios::binary);
-    if (in) data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    // Accept only a header written by this very device and driver.
-    if (data.size() >= 32) {
-      uint32_t hdr[4];
-      std::memcpy(hdr, data.data(), sizeof hdr);
-      const bool ok = hdr[0] >= 32 && hdr[1] == VK_PIPELINE_CACHE_HEADER_VERSION_ONE &&
-                      hdr[2] == dev->props.vendorID && hdr[3] == dev->props.deviceID &&
-                      std::memcmp(data.data() + 16, dev->props.pipelineCacheUUID, VK_UUID_SIZE) == 0;
-      if (!ok) data.clear();
-    } else {
-      data.clear();
-    }
-  }
+  if (!path_.empty()) data = load_cache();
   VkPipelineCacheCreateInfo pci{};
   pci.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
   pci.initialDataSize = data.size();
   pci.pInitialData = data.empty() ? nullptr : data.data();
   if (vkCreatePipelineCache(dev->dev, &pci, nullptr, &cache_) != VK_SUCCESS) {
+    if (!data.empty()) log(BP_LOG_INFO, "vulkan: " + dev->name + ": the driver refused the pipeline cache " + path_);
     pci.initialDataSize = 0;
     pci.pInitialData = nullptr;
     vk_check(vkCreatePipelineCache(dev->dev, &pci, nullptr, &cache_), "vkCreatePipelineCache");
   }
 }
 
+// The cached driver data, or nothing (with a log line saying why, unless
+// there is no file yet).
+std::vector<char> Pipelines::load_cache() const {
+  std::vector<char> file;
+  {
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return {};
+    file.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto ignore = [&](const std::string& why) {
+    log(BP_LOG_INFO, "vulkan: " + dev_->name + ": ignoring the pipeline cache " + path_ + ": " + why);
+    return std::vector<char>();
+  };
+  CacheHeader h{};
+  if (file.size() < sizeof h) return ignore("truncated header");
+  std::memcpy(&h, file.data(), sizeof h);
+  if (std::memcmp(h.magic, kCacheMagic, sizeof kCacheMagic) != 0 || h.header_size != sizeof h)
+    return ignore("not a Backplane pipeline cache");
+  if (h.vendor_id != dev_->props.vendorID || h.device_id != dev_->props.deviceID ||
+      h.driver_version != dev_->props.driverVersion ||
+      std::memcmp(h.uuid, dev_->props.pipelineCacheUUID, VK_UUID_SIZE) != 0)
+    return ignore("written for another device or driver");
+  if (h.build != spirv_fingerprint()) return ignore("written by another build of the plugin");
+  if (h.data_size != file.size() - sizeof h) return ignore("truncated or padded data");
+  if (h.data_hash != fnv1a(file.data() + sizeof h, file.size() - sizeof h)) return ignore("corrupt data");
+  // The driver's own header must name this device too (Vulkan spec, 10.7.4).
+  const char* d = file.data() + sizeof h;
+  uint32_t vk[4] = {};
+  if (h.data_size < 16 + VK_UUID_SIZE) return ignore("truncated driver data");
+  std::memcpy(vk, d, sizeof vk);
+  if (vk[0] < 16 + VK_UUID_SIZE || vk[1] != VK_PIPELINE_CACHE_HEADER_VERSION_ONE || vk[2] != dev_->props.vendorID ||
+      vk[3] != dev_->props.deviceID || std::memcmp(d + 16, dev_->props.pipelineCacheUUID, VK_UUID_SIZE) != 0)
+    return ignore("driver data for another device");
+  return std::vector<char>(file.begin() + static_cast<ptrdiff_t>(sizeof h), file.end());
+}
+
+// Writes the cache atomically: a temporary file in the same folder, then a
+// rename over the old one, so a reader sees the old file or the new, never
+// half of one. Best effort: failing costs compile time on the next run only.
+void Pipelines::save_cache() {
+  VkDevice d = dev_->dev;
+  size_t size = 0;
+  if (vkGetPipelineCacheData(d, cache_, &size, nullptr) != VK_SUCCESS || size == 0) return;
+  std::vector<char> data(size);
+  if (vkGetPipelineCacheData(d, cache_, &size, data.data()) != VK_SUCCESS) return;
+  data.resize(size);
+  CacheHeader h{};
+  std::memcpy(h.magic, kCacheMagic, sizeof kCacheMagic);
+  h.vendor_id = dev_->props.vendorID;
+  h.device_id = dev_->props.deviceID;
+  h.driver_version = dev_->props.driverVersion;
+  h.header_size = sizeof h;
+  std::memcpy(h.uuid, dev_->props.pipelineCacheUUID, VK_UUID_SIZE);
+  h.build = spirv_fingerprint();
+  h.data_size = size;
+  h.data_hash = fnv1a(data.data(), size);
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path path(path_);
+  fs::create_directories(path.parent_path(), ec);
+  char suffix[64];
+  std::snprintf(suffix, sizeof suffix, ".tmp%ld.%p", static_cast<long>(getpid()), static_cast<const void*>(this));
+  const std::string tmp = path_ + suffix;
+  bool ok = false;
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(&h), sizeof h);
+    out.write(data.data(), static_cast<std::streamsize>(size));
+    out.flush();
+    ok = static_cast<bool>(out);
+  }
+  if (ok) fs::rename(tmp, path, ec);
+  if (!ok || ec) {
+    fs::remove(tmp, ec);
+    log(BP_LOG_INFO, "vulkan: " + dev_->name + ": could not write the pipeline cache " + path_);
+  }
+}
+
 void Pipelines::destroy() {
   if (!dev_) return;
   VkDevice d = dev_->dev;
-  if (cache_ && cache_dirty_ && disk_cache_enabled()) {
-    // Best effort: a failure to persist only costs compile time next run.
-    size_t size = 0;
-    if (vkGetPipelineCacheData(d, cache_, &size, nullptr) == VK_SUCCESS && size > 0) {
-      std::vector<char> data(size);
-      if (vkGetPipelineCacheData(d, cache_, &size, data.data()) == VK_SUCCESS) {
-        const std::string path = cache_path();
-        if (!path.empty()) {
-          std::error_code ec;
-          std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-          const std::string tmp = path + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(this));
-          {
-            std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-            out.write(data.data(), static_cast<std::streamsize>(size));
-          }
-          std::filesystem::rename(tmp, path, ec);
-          if (ec) std::filesystem::remove(tmp, ec);
-        }
-      }
+  if (cache_ && cache_dirty_ && !path_.empty()) {
+    try {
+      save_cache();
+    } catch (...) {
     }
   }
   for (auto& [k, p] : pipelines_) vkDestroyPipeline(d, p.pipeline, nullptr);
@@ -192,8 +277,14 @@ const Pipeline& Pipelines::get(const std::string& shader, const std::vector<int3
   ci.stage.pSpecializationInfo = spec.empty() ? nullptr : &si;
   ci.layout = l.pipeline;
   Pipeline p;
+  auto t0 = std::chrono::steady_clock::now();
   vk_check(vkCreateComputePipelines(dev_->dev, cache_, 1, &ci, nullptr, &p.pipeline),
            ("vkCreateComputePipelines (" + shader + ")").c_str());
+  // The driver's compile is most of a first run's time (plugins/vulkan/README.md).
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.2f",
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  log(BP_LOG_DEBUG, "vulkan: " + dev_->name + ": pipeline " + shader + " created in " + ms + " ms");
   p.layout = l.pipeline;
   p.set_layout = l.set;
   p.n_operands = n_operands;

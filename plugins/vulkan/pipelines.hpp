@@ -1,8 +1,10 @@
 // Compute pipelines built from the embedded SPIR-V, created once per
 // (shader, specialization constants) and cached for the device's lifetime.
-// A VkPipelineCache is loaded from / saved to
-// $XDG_CACHE_HOME/backplane (or ~/.cache/backplane) unless
-// BACKPLANE_VULKAN_PIPELINE_CACHE=0.
+// A VkPipelineCache per device is loaded from / saved to $BACKPLANE_CACHE_DIR
+// (`off`: none), else $XDG_CACHE_HOME/backplane, else ~/.cache/backplane:
+// one file per device and driver (vendor/device id, pipelineCacheUUID),
+// stamped with the plugin build; anything else found there is ignored with
+// a log line.
 #pragma once
 
 #include "vk_common.hpp"
@@ -54,9 +56,12 @@ class Pipelines {
   const Layout& layout();
   VkShaderModule module(const std::string& shader);
   std::string cache_path() const;
+  std::vector<char> load_cache() const;
+  void save_cache();
 
   Device* dev_ = nullptr;
   VkPipelineCache cache_ = VK_NULL_HANDLE;
+  std::string path_;  // the on-disk cache, empty when disabled
   bool cache_dirty_ = false;
   Layout layout_;
   std::map<std::string, VkShaderModule> modules_;

@@ -15,5 +15,7 @@ struct SpirvBlob {
 };
 
 const SpirvBlob* find_spirv(std::string_view name);
+// Identifies the embedded shaders of this build (names, sizes, sampled words).
+uint64_t spirv_fingerprint();
 
 }  // namespace bpvk

@@ -1,0 +1,206 @@
+// Tensors larger than lavapipe's maxStorageBufferRange (128 MiB) through every
+// op family on vulkan0, against the CPU plugin (plugins/vulkan/README.md:
+// operands are buffer device addresses). Each case moves a 200-256 MiB tensor
+// and takes a few seconds on lavapipe; all carry the tag [big] so a quick run
+// can leave them out (`backplane_tests "~[big]"`, `ctest -E big`).
+#include <backplane/backplane.hpp>
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+using namespace backplane;
+
+namespace {
+
+constexpr uint64_t kRange = 128ull << 20;  // lavapipe's maxStorageBufferRange
+
+std::unique_ptr<Runtime> big_runtime() {
+  RuntimeOptions opts;
+  opts.use_environment = false;
+  opts.use_default_path = true;  // cpu, vulkan
+  return Runtime::create(opts);
+}
+
+Device* find_plugin(Runtime& rt, const std::string& plugin) {
+  for (auto* d : rt.all_devices())
+    if (d->plugin_name() == plugin) return d;
+  return nullptr;
+}
+
+// Uniform in [lo, hi), cheap enough for 50M elements.
+HostTensor fill_f32(Shape shape, uint64_t seed, float lo = -2.0f, float hi = 2.0f) {
+  HostTensor t(BP_DTYPE_F32, std::move(shape));
+  float* p = t.as<float>();
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  const float scale = (hi - lo) / 16777216.0f;
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = lo + static_cast<float>(s >> 40) * scale;
+  }
+  return t;
+}
+
+// `got` matches `want` within docs/ops.md's f32 bounds (rel, or abs 1e-6);
+// integers exactly. Counts mismatches instead of one CHECK per element.
+void check_close(const HostTensor& got, const HostTensor& want, double rel) {
+  REQUIRE(got.dtype == want.dtype);
+  REQUIRE(got.shape == want.shape);
+  const int64_t n = got.numel();
+  int64_t bad = 0, first = -1;
+  if (got.dtype == BP_DTYPE_F32) {
+    const float* g = got.as<float>();
+    const float* w = want.as<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = g[i], y = w[i];
+      if (std::isnan(x) || std::isnan(y)) {
+        if (std::isnan(x) != std::isnan(y)) ++bad;
+      } else if (!(std::abs(x - y) <= 1e-6 || std::abs(x - y) <= rel * std::abs(y))) {
+        ++bad;
+      } else {
+        continue;
+      }
+      if (first < 0) first = i;
+    }
+  } else {
+    REQUIRE(got.nbytes() == want.nbytes());
+    if (std::memcmp(got.data(), want.data(), got.nbytes()) != 0)
+      for (int64_t i = 0; i < n; ++i)
+        if (got.get_int(i) != want.get_int(i)) {
+          if (first < 0) first = i;
+          ++bad;
+        }
+  }
+  INFO("first mismatch at " << first << ": " << (first >= 0 ? got.get(first) : 0.0) << " vs "
+                            << (first >= 0 ? want.get(first) : 0.0));
+  CHECK(bad == 0);
+}
+
+// Runs `g` on vulkan0 and on the CPU and compares every output.
+void vulkan_matches_cpu(const Graph& g, const std::map<std::string, HostTensor>& in, double rel = 1e-4) {
+  auto rt = big_runtime();
+  Device* vk = find_plugin(*rt, "vulkan");
+  Device* cpu = find_plugin(*rt, "cpu");
+  if (!vk || !cpu) SKIP("needs the vulkan and cpu plugins");
+  std::map<std::string, HostTensor> want, got;
+  {
+    Plan p = rt->compile(g, *cpu);
+    want = p.run(in);
+  }
+  {
+    Plan p = rt->compile(g, *vk);
+    got = p.run(in);
+  }
+  for (const auto& [name, t] : want) {
+    INFO("output " << name);
+    REQUIRE(got.count(name) == 1);
+    check_close(got.at(name), t, rel);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("vulkan big: add with row and column broadcast over 200 MiB", "[vulkan][big]") {
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {6400, 8192});  // 200 MiB
+  g.input("b", BP_DTYPE_F32, {8192});
+  g.input("c", BP_DTYPE_F32, {6400, 1});
+  g.node("y", "add", {"x", "b"});
+  g.node("z", "mul", {"y", "c"});
+  g.output("z");
+  REQUIRE(6400ull * 8192 * 4 > kRange);
+  vulkan_matches_cpu(g, {{"x", fill_f32({6400, 8192}, 1)}, {"b", fill_f32({8192}, 2)}, {"c", fill_f32({6400, 1}, 3)}},
+                     1e-5);
+}
+
+TEST_CASE("vulkan big: sum, max and the var_mean bundle over 200 MiB", "[vulkan][big]") {
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {6400, 8192});
+  g.node("s", "sum", {"x"}, {{"dims", {1}}});
+  g.node("m", "max", {"x"}, {{"dims", {0}}});
+  g.node("vm", "var_mean", {"x"}, {{"dims", {0}}});
+  g.node("var", "view", {"vm"}, {{"slot", 0}});
+  g.node("mean", "view", {"vm"}, {{"slot", 1}});
+  g.node("all", "sum", {"x"});
+  g.output("s");
+  g.output("m");
+  g.output("var");
+  g.output("mean");
+  g.output("all");
+  vulkan_matches_cpu(g, {{"x", fill_f32({6400, 8192}, 4, 0.0f, 1.0f)}});
+}
+
+TEST_CASE("vulkan big: softmax along rows of 200 MiB", "[vulkan][big]") {
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {6400, 8192});
+  g.node("y", "softmax", {"x"}, {{"dim", -1}});
+  g.output("y");
+  vulkan_matches_cpu(g, {{"x", fill_f32({6400, 8192}, 5)}});
+}
+
+TEST_CASE("vulkan big: matmul with a 200 MiB operand", "[vulkan][big]") {
+  Graph g;
+  g.input("a", BP_DTYPE_F32, {25600, 2048});  // 200 MiB
+  g.input("b", BP_DTYPE_F32, {2048, 8});
+  g.node("c", "matmul", {"a", "b"});
+  g.output("c");
+  vulkan_matches_cpu(g, {{"a", fill_f32({25600, 2048}, 6, -1.0f, 1.0f)}, {"b", fill_f32({2048, 8}, 7, -1.0f, 1.0f)}});
+}
+
+TEST_CASE("vulkan big: gather and index_select from a 200 MiB table", "[vulkan][big]") {
+  const int64_t rows = 409600, cols = 128;  // 200 MiB
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {rows, cols});
+  g.input("i", BP_DTYPE_I64, {4096});
+  g.input("j", BP_DTYPE_I64, {64, cols});
+  g.node("sel", "index_select", {"x", "i"}, {{"dim", 0}});
+  g.node("gat", "gather", {"x", "j"}, {{"dim", 0}});
+  g.output("sel");
+  g.output("gat");
+  HostTensor i(BP_DTYPE_I64, {4096}), j(BP_DTYPE_I64, {64, cols});
+  // Rows all over the table, the last ones included, some counted from the end.
+  for (int64_t k = 0; k < 4096; ++k) i.set_int(k, k % 7 == 0 ? -(k * 97 % rows) - 1 : (k * 100003) % rows);
+  i.set_int(1, rows - 1);
+  for (int64_t k = 0; k < j.numel(); ++k) j.set_int(k, (k * 7919 + 13) % rows);
+  vulkan_matches_cpu(g, {{"x", fill_f32({rows, cols}, 8)}, {"i", i}, {"j", j}});
+}
+
+TEST_CASE("vulkan big: concat into 200 MiB and topk over it", "[vulkan][big]") {
+  Graph g;
+  g.input("a", BP_DTYPE_F32, {3200, 8192});  // 100 MiB each, 200 MiB joined
+  g.input("b", BP_DTYPE_F32, {3200, 8192});
+  g.node("c", "concat", {"a", "b"}, {{"dim", 0}});
+  g.node("t", "topk", {"c"}, {{"k", 8}, {"dim", -1}});
+  g.node("v", "view", {"t"}, {{"slot", 0}});
+  g.node("ix", "view", {"t"}, {{"slot", 1}});
+  g.node("tc", "transpose", {"c"}, {{"dim0", 0}, {"dim1", 1}});
+  g.node("s", "sum", {"tc"}, {{"dims", {1}}});
+  g.output("v");
+  g.output("ix");
+  g.output("s");
+  g.output("c");
+  vulkan_matches_cpu(g, {{"a", fill_f32({3200, 8192}, 9)}, {"b", fill_f32({3200, 8192}, 10)}});
+}
+
+TEST_CASE("vulkan big: a tensor larger than the device can allocate is refused before anything runs",
+          "[vulkan][big]") {
+  auto rt = big_runtime();
+  Device* vk = find_plugin(*rt, "vulkan");
+  if (!vk) SKIP("needs the vulkan plugin");
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {262144, 1});
+  g.input("y", BP_DTYPE_F32, {1, 262144});
+  g.node("huge", "add", {"x", "y"});  // 256 GiB
+  g.node("s", "sum", {"huge"});
+  g.output("s");
+  try {
+    (void)rt->compile(g, *vk);
+    FAIL("compile accepted a 256 GiB buffer");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("huge") != std::string::npos);
+    CHECK(msg.find("274877906944 bytes") != std::string::npos);
+    CHECK(msg.find(vk->name()) != std::string::npos);
+  }
+}
