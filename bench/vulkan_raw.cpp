@@ -11,6 +11,13 @@
 //                    buffer, a compute->compute barrier before each dependent
 //                    dispatch, one submit + fence wait. Per dispatch = run / 100.
 //   empty_submit     an empty command buffer submitted + fence wait.
+//   roof_copy        c = a on 16M f32 (vec4 loads and stores, workgroup 256):
+//                    the device's bandwidth roof. GB/s counts 2 x 64 MiB.
+//   roof_fma         4 independent vec4 FMA chains of 128 steps in each of 1M
+//                    invocations (bench/vulkan_raw_roof.comp): the device's f32
+//                    compute roof. GFLOP/s counts 2 flops per lane per FMA.
+// `backplane bench --device vulkanN` divides each case's rate by the roof
+// that bounds it (GB/s by roof_copy, GFLOP/s by roof_fma).
 //
 // Every run is recorded again (reset pool, begin, ..., end), submitted once
 // and waited for, as the plugin does for each plan execution; descriptor sets
@@ -35,7 +42,8 @@
 #include <vector>
 
 #include "median_time.hpp"
-#include "vulkan_raw_add.spv.h"  // raw_add_spv[]: bench/vulkan_raw_add.comp, compiled at build time
+#include "vulkan_raw_add.spv.h"   // raw_add_spv[]: bench/vulkan_raw_add.comp, compiled at build time
+#include "vulkan_raw_roof.spv.h"  // raw_roof_spv[]: bench/vulkan_raw_roof.comp
 
 namespace {
 
@@ -51,6 +59,9 @@ constexpr uint32_t kWG = 256;
 constexpr uint32_t kBigN = 16u << 20;  // add_16M elements
 constexpr uint32_t kSmallN = 4096;     // chain100_add_4K elements
 constexpr int kChain = 100;
+constexpr uint32_t kFmaInvocations = 1u << 20;  // roof_fma
+constexpr int kFmaIters = 128;
+constexpr double kFmaFlops = 2.0 * 4 * 4 * kFmaIters * kFmaInvocations;
 
 struct Buffer {
   VkBuffer buffer = VK_NULL_HANDLE;
@@ -89,6 +100,12 @@ class Raw {
   void run_empty() {
     record([](VkCommandBuffer) {});
   }
+  void run_copy() {
+    record([&](VkCommandBuffer c) { dispatch(c, roof_copy_, set_big_, kBigN / 4); });
+  }
+  void run_fma() {
+    record([&](VkCommandBuffer c) { dispatch(c, roof_fma_, set_big_, kFmaInvocations); });
+  }
 
   // Reads back the first element of the add's output (after one run, when the
   // add's buffers exist) and of the chain's last output: 1 + 2 and 101 * 1.
@@ -125,6 +142,8 @@ class Raw {
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   VkPipeline pipeline_ = VK_NULL_HANDLE;
+  VkShaderModule roof_module_ = VK_NULL_HANDLE;
+  VkPipeline roof_copy_ = VK_NULL_HANDLE, roof_fma_ = VK_NULL_HANDLE;
   VkDescriptorPool desc_pool_ = VK_NULL_HANDLE;
   Buffer big_[3], small_[3], check_;
   VkDescriptorSet set_big_ = VK_NULL_HANDLE;
@@ -242,6 +261,19 @@ class Raw {
     cpi.layout = layout_;
     vk(vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &cpi, nullptr, &pipeline_),
        "vkCreateComputePipelines");
+    // The roofs: same layout, the mode a specialization constant.
+    smi.codeSize = sizeof raw_roof_spv;
+    smi.pCode = raw_roof_spv;
+    vk(vkCreateShaderModule(dev_, &smi, nullptr, &roof_module_), "vkCreateShaderModule");
+    for (uint32_t mode = 0; mode < 2; ++mode) {
+      const uint32_t spec[2] = {mode, static_cast<uint32_t>(kFmaIters)};
+      const VkSpecializationMapEntry entries[2] = {{0, 0, 4}, {1, 4, 4}};
+      VkSpecializationInfo si{2, entries, sizeof spec, spec};
+      cpi.stage.module = roof_module_;
+      cpi.stage.pSpecializationInfo = &si;
+      vk(vkCreateComputePipelines(dev_, VK_NULL_HANDLE, 1, &cpi, nullptr, mode ? &roof_fma_ : &roof_copy_),
+         "vkCreateComputePipelines (roof)");
+    }
 
     // Buffers: a, b, c of 16M f32; x, p, q of 4K f32; a small readback buffer.
     if (big_wanted_)
@@ -286,6 +318,9 @@ class Raw {
         if (buf->memory) vkFreeMemory(dev_, buf->memory, nullptr);
       }
       if (pipeline_) vkDestroyPipeline(dev_, pipeline_, nullptr);
+      if (roof_copy_) vkDestroyPipeline(dev_, roof_copy_, nullptr);
+      if (roof_fma_) vkDestroyPipeline(dev_, roof_fma_, nullptr);
+      if (roof_module_) vkDestroyShaderModule(dev_, roof_module_, nullptr);
       if (layout_) vkDestroyPipelineLayout(dev_, layout_, nullptr);
       if (set_layout_) vkDestroyDescriptorSetLayout(dev_, set_layout_, nullptr);
       if (module_) vkDestroyShaderModule(dev_, module_, nullptr);
@@ -357,9 +392,11 @@ class Raw {
                          &mb, 0, nullptr, 0, nullptr);
   }
 
-  void add(VkCommandBuffer c, VkDescriptorSet set, uint32_t n) {
-    const uint32_t n4 = n / 4;
-    vkCmdBindPipeline(c, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_);
+  void add(VkCommandBuffer c, VkDescriptorSet set, uint32_t n) { dispatch(c, pipeline_, set, n / 4); }
+
+  // n4 invocations (4-vectors) of `pipeline`.
+  void dispatch(VkCommandBuffer c, VkPipeline pipeline, VkDescriptorSet set, uint32_t n4) {
+    vkCmdBindPipeline(c, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
     vkCmdBindDescriptorSets(c, VK_PIPELINE_BIND_POINT_COMPUTE, layout_, 0, 1, &set, 0, nullptr);
     vkCmdPushConstants(c, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, 4, &n4);
     vkCmdDispatch(c, (n4 + kWG - 1) / kWG, 1, 1);
@@ -423,7 +460,7 @@ int usage(const char* why) {
   FILE* out = why ? stderr : stdout;
   if (why) std::fprintf(stderr, "backplane_vulkan_raw: %s\n", why);
   std::fprintf(out,
-               "usage: backplane_vulkan_raw [--device N] [--case add_16M|chain100_add_4K|empty_submit]... "
+               "usage: backplane_vulkan_raw [--device N] [--case add_16M|chain100_add_4K|empty_submit|roof_copy|roof_fma]... "
                "[--min-time SECONDS] [--json]\n");
   return why ? 2 : 0;
 }
@@ -435,7 +472,7 @@ int main(int argc, char** argv) {
   double min_time = 0.3;
   bool json = false;
   std::vector<std::string> cases;
-  const std::vector<std::string> known = {"add_16M", "chain100_add_4K", "empty_submit"};
+  const std::vector<std::string> known = {"add_16M", "chain100_add_4K", "empty_submit", "roof_copy", "roof_fma"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -465,8 +502,9 @@ int main(int argc, char** argv) {
   auto wanted = [&](const char* name) { return std::find(cases.begin(), cases.end(), name) != cases.end(); };
 
   try {
-    Raw raw(device, wanted("add_16M"));
-    if (wanted("add_16M")) raw.run_add();
+    const bool big = wanted("add_16M") || wanted("roof_copy") || wanted("roof_fma");
+    Raw raw(device, big);
+    if (big) raw.run_add();
     raw.run_chain();
     raw.verify();
     std::vector<Result> results;
@@ -475,8 +513,13 @@ int main(int argc, char** argv) {
       results.push_back({"chain100_add_4K", backplane::bench::median_seconds([&] { raw.run_chain(); }, min_time)});
     if (wanted("empty_submit"))
       results.push_back({"empty_submit", backplane::bench::median_seconds([&] { raw.run_empty(); }, min_time)});
+    if (wanted("roof_copy"))
+      results.push_back({"roof_copy", backplane::bench::median_seconds([&] { raw.run_copy(); }, min_time)});
+    if (wanted("roof_fma"))
+      results.push_back({"roof_fma", backplane::bench::median_seconds([&] { raw.run_fma(); }, min_time)});
 
     const double add_bytes = 3.0 * 4 * kBigN;
+    const double copy_bytes = 2.0 * 4 * kBigN;
     if (json) {
       std::printf(
           "{\n  \"program\": \"backplane_vulkan_raw\",\n  \"device_index\": %u,\n  \"device\": %s,\n"
@@ -487,6 +530,10 @@ int main(int argc, char** argv) {
         std::printf("%s\n    {\"case\": \"%s\", \"seconds\": %.9g", i ? "," : "", r.name.c_str(), r.seconds);
         if (r.name == "add_16M")
           std::printf(", \"bytes\": %.0f, \"gbps\": %.6g", add_bytes, add_bytes / r.seconds / 1e9);
+        if (r.name == "roof_copy")
+          std::printf(", \"bytes\": %.0f, \"gbps\": %.6g", copy_bytes, copy_bytes / r.seconds / 1e9);
+        if (r.name == "roof_fma")
+          std::printf(", \"flops\": %.0f, \"gflops\": %.6g", kFmaFlops, kFmaFlops / r.seconds / 1e9);
         if (r.name == "chain100_add_4K")
           std::printf(", \"dispatches\": %d, \"per_dispatch_seconds\": %.9g", kChain, r.seconds / kChain);
         std::printf("}");
@@ -501,6 +548,10 @@ int main(int argc, char** argv) {
         if (r.name == "add_16M")
           std::snprintf(buf, sizeof buf, "%.2f GB/s", add_bytes / r.seconds / 1e9), rate = buf;
         if (r.name == "chain100_add_4K") rate = human_time(r.seconds / kChain) + " per dispatch";
+        if (r.name == "roof_copy")
+          std::snprintf(buf, sizeof buf, "%.2f GB/s", copy_bytes / r.seconds / 1e9), rate = buf;
+        if (r.name == "roof_fma")
+          std::snprintf(buf, sizeof buf, "%.2f GFLOP/s", kFmaFlops / r.seconds / 1e9), rate = buf;
         std::printf("%-26s %12s  %s\n", r.name.c_str(), human_time(r.seconds).c_str(), rate.c_str());
       }
     }
