@@ -16,6 +16,7 @@ int cmd_manifest(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_conformance(const Args& args);
 int cmd_ops(const Args& args);
+int cmd_serve(const Args& args);
 
 // Small argument helpers: --flag VALUE and --switch.
 bool take_switch(Args& args, const std::string& name);

@@ -69,12 +69,21 @@ commands:
   ops [--markdown|--json] [--check DOC] [--update DOC]
                                         the standard ops: inputs, params, dtypes, outputs;
                                         --check fails when DOC's generated op tables differ
+  serve (--listen HOST:PORT | --unix PATH) --token-file FILE [--tls-cert C --tls-key K]
+        [--insecure-loopback] [--plugin NAME]... [--deadline MS] [--max-memory BYTES]
+                                        offer this machine's devices over gRPC to the
+                                        remote plugin (docs/remote.md); TCP needs TLS
 
 environment:
   BACKPLANE_PLUGIN_PATH   extra folders of plugin manifests (colon-separated)
   BACKPLANE_DEVICE        devices 'auto' puts first (comma-separated); where one
                           device is picked, the first of them
   BACKPLANE_NUM_THREADS   host thread pool size
+  BACKPLANE_REMOTE        servers whose devices the remote plugin offers (HOST:PORT or
+                          unix:PATH, comma-separated), as DEVICE@SERVER; with
+                          BACKPLANE_REMOTE_TOKEN_FILE and, for TLS, BACKPLANE_REMOTE_CA_FILE
+  BACKPLANE_ISOLATE       plugins to run in a private child process (comma-separated);
+                          BACKPLANE_ISOLATE_DEADLINE_MS ends a kernel that runs longer
 )";
 
 }  // namespace
@@ -96,6 +105,9 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return cmd_bench(args);
     if (cmd == "conformance") return cmd_conformance(args);
     if (cmd == "ops") return cmd_ops(args);
+#ifdef BACKPLANE_HAVE_REMOTE
+    if (cmd == "serve") return cmd_serve(args);
+#endif
     std::fprintf(stderr, "backplane: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const std::exception& e) {

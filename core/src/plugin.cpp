@@ -101,6 +101,11 @@ PluginInfo parse_manifest(const std::filesystem::path& path) {
   }
   if (p.contains("vendor_ops"))
     for (const auto& v : p["vendor_ops"]) info.vendor_ops.push_back(detail::parse_vendor_op(v, where));
+  info.dynamic_kernels = p.value("dynamic_kernels", false);
+  info.instances = p.value("instances", false);
+  info.isolation = p.value("isolation", std::string("none"));
+  if (info.dynamic_kernels && !info.kernels.empty())
+    throw Error(where + ": a manifest with \"dynamic_kernels\": true lists no kernels (the library fills its table)");
   return info;
 }
 
@@ -124,6 +129,9 @@ Json manifest_to_json(const PluginInfo& info) {
   p["abi_version"] = info.abi_version;
   p["device_kind"] = info.device_kind;
   if (!info.description.empty()) p["description"] = info.description;
+  if (info.dynamic_kernels) p["dynamic_kernels"] = true;
+  if (info.instances) p["instances"] = true;
+  if (info.isolation != "none") p["isolation"] = info.isolation;
   p["kernels"] = std::move(kernels);
   return Json{{"file_format_version", "1.0.0"}, {"plugin", std::move(p)}};
 }
@@ -151,7 +159,7 @@ namespace {
 // Opens a library and runs the version handshake. Throws Error with a message
 // that names the library.
 const bp_plugin_api* open_library(boost::dll::shared_library& lib, const std::filesystem::path& path,
-                                  const std::string& who) {
+                                  const std::string& who, const std::string& instance = {}) {
   if (!std::filesystem::exists(path)) throw Error(who + ": library " + path.string() + " does not exist");
   try {
     // rtld_now: a missing symbol fails here, not in the middle of a kernel.
@@ -166,6 +174,7 @@ const bp_plugin_api* open_library(boost::dll::shared_library& lib, const std::fi
   char reason[512] = {0};
   bp_plugin_query q{};
   q.struct_size = sizeof q;
+  q.instance = bp_string{instance.data(), instance.size()};
   q.min_major = BP_ABI_VERSION_MAJOR;
   q.max_major = BP_ABI_VERSION_MAJOR;
   q.max_minor = BP_ABI_VERSION_MINOR;
@@ -241,34 +250,56 @@ void Plugin::load(const bp_host_api* host) {
   if (info_.state != PluginState::NotLoaded) return;
   const std::string who = "plugin '" + info_.name + "'";
   try {
-    api_ = open_library(lib_, info_.library_path, who);
+    api_ = open_library(lib_, info_.library_path, who, info_.isolated ? info_.instance : std::string());
     // The library must be what its manifest says, exactly.
     if (sv(api_->name) != info_.name)
       throw Error(who + ": library registers name '" + sv(api_->name) + "', manifest says '" + info_.name + "'");
     if (sv(api_->version) != info_.version)
       throw Error(who + ": library registers version '" + sv(api_->version) + "', manifest says '" + info_.version + "'");
+    // An isolated plugin is reached through the remote plugin's library: its
+    // child checks the plugin's own ABI.
     const std::string abi = std::to_string(api_->abi_major) + "." + std::to_string(api_->abi_minor);
-    if (abi != info_.abi_version)
+    if (abi != info_.abi_version && !info_.isolated)
       throw Error(who + ": library speaks ABI " + abi + ", manifest says " + info_.abi_version);
-    const auto table = kernels_of(api_);
-    const auto& want = info_.kernels;
-    for (size_t i = 0; i < std::max(table.size(), want.size()); ++i) {
-      if (i < table.size() && i < want.size() && table[i] == want[i]) continue;
-      if (i >= table.size())
-        throw Error(who + ": manifest lists kernel #" + std::to_string(i) + " " + kernel_signature(want[i]) +
-                    " that the library does not register (library has " + std::to_string(table.size()) + ", manifest " +
-                    std::to_string(want.size()) + ")");
-      if (i >= want.size())
-        throw Error(who + ": library registers kernel #" + std::to_string(i) + " " + kernel_signature(table[i]) +
-                    " that the manifest does not list (library has " + std::to_string(table.size()) + ", manifest " +
-                    std::to_string(want.size()) + ")");
-      throw Error(who + ": kernel #" + std::to_string(i) + " differs: manifest says " + kernel_signature(want[i]) +
-                  ", library registers " + kernel_signature(table[i]));
-    }
-    for (size_t i = 0; i < table.size(); ++i) index_[{table[i].op, table[i].dtypes}] = static_cast<int>(i);
+    auto compare = [&](const std::vector<KernelInfo>& table, const std::vector<KernelInfo>& want) {
+      for (size_t i = 0; i < std::max(table.size(), want.size()); ++i) {
+        if (i < table.size() && i < want.size() && table[i] == want[i]) continue;
+        if (i >= table.size())
+          throw Error(who + ": manifest lists kernel #" + std::to_string(i) + " " + kernel_signature(want[i]) +
+                      " that the library does not register (library has " + std::to_string(table.size()) +
+                      ", manifest " + std::to_string(want.size()) + ")");
+        if (i >= want.size())
+          throw Error(who + ": library registers kernel #" + std::to_string(i) + " " + kernel_signature(table[i]) +
+                      " that the manifest does not list (library has " + std::to_string(table.size()) +
+                      ", manifest " + std::to_string(want.size()) + ")");
+        throw Error(who + ": kernel #" + std::to_string(i) + " differs: manifest says " + kernel_signature(want[i]) +
+                    ", library registers " + kernel_signature(table[i]));
+      }
+    };
+    // A dynamic table (ABI 1.2) and an isolated plugin's (its child's) are
+    // known after initialize(); every other table is checked before it.
+    const bool late_table = info_.dynamic_kernels || info_.isolated;
+    auto table = kernels_of(api_);
+    if (!late_table) compare(table, info_.kernels);
 
+    host_ = host;
     check(api_->initialize(host), who + ": initialize failed");
     initialized_ = true;
+    if (late_table) {
+      if (api_->n_kernels > (size_t{1} << 16)) throw Error(who + ": registers more than 65536 kernels");
+      for (size_t i = 0; i < api_->n_kernels; ++i)
+        if (api_->kernels[i].fn == nullptr || api_->kernels[i].n_dtypes != api_->kernels[i].n_inputs + 1 ||
+            api_->kernels[i].n_dtypes == 0 || api_->kernels[i].op.len > 128)
+          throw Error(who + ": kernel #" + std::to_string(i) + " (" + capped(api_->kernels[i].op, 128) + ") is malformed");
+      table = kernels_of(api_);
+      for (const auto& k : table)
+        for (auto d : k.dtypes)
+          if (d <= BP_DTYPE_INVALID || d >= BP_DTYPE_COUNT_)
+            throw Error(who + ": kernel " + k.op + " names a dtype that does not exist");
+      if (info_.isolated) compare(table, info_.kernels);
+      else info_.kernels = table;
+    }
+    for (size_t i = 0; i < table.size(); ++i) index_[{table[i].op, table[i].dtypes}] = static_cast<int>(i);
     const uint32_t n = api_->device_count();
     if (n > kMaxDevices)
       throw Error(who + ": reports " + std::to_string(n) + " devices; a plugin may have at most " +

@@ -21,6 +21,8 @@ class Plugin {
   Plugin& operator=(const Plugin&) = delete;
 
   const PluginInfo& info() const { return info_; }
+  // Before loading only (the runtime sets up isolation through it).
+  PluginInfo& mutable_info() { return info_; }
   bool loaded() const { return info_.state == PluginState::Loaded; }
   bool rejected() const { return info_.state == PluginState::Rejected; }
 
@@ -32,6 +34,8 @@ class Plugin {
   void unload();
 
   const bp_plugin_api* api() const { return api_; }
+  // The host API the plugin was initialized with (kernel contexts need it).
+  const bp_host_api* host() const { return host_; }
   const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
 
   // Kernel lookup by (op, dtype key): index into the table, or -1.
@@ -48,6 +52,7 @@ class Plugin {
   PluginInfo info_;
   boost::dll::shared_library lib_;
   const bp_plugin_api* api_ = nullptr;
+  const bp_host_api* host_ = nullptr;
   bool initialized_ = false;
   std::vector<std::unique_ptr<Device>> devices_;
   std::map<std::pair<std::string, std::vector<bp_dtype>>, int> index_;

@@ -57,6 +57,64 @@ std::filesystem::path default_plugin_dir() {
   return std::filesystem::path(self.parent_path().string()) / "backplane";
 }
 
+namespace {
+
+// Plugins that run in a private child process: those whose manifest asks,
+// those RuntimeOptions::isolate and BACKPLANE_ISOLATE name. Each keeps its
+// name, version and kernel table; its library becomes the remote plugin's,
+// loaded as an instance that starts `backplane serve` for it (docs/remote.md).
+void setup_isolation(Runtime::Impl& impl) {
+  const auto& options = impl.options;
+  if (!options.allow_isolation) return;
+  std::set<std::string> wanted(options.isolate.begin(), options.isolate.end());
+  int64_t deadline = options.isolate_deadline_ms;
+  if (options.use_environment) {
+    if (const char* env = safe_getenv("BACKPLANE_ISOLATE"))
+      for (auto& n : split_path_list(std::string(env)))  // ':' or ','
+        for (size_t start = 0; start <= n.size();) {
+          size_t end = n.find(',', start);
+          if (end == std::string::npos) end = n.size();
+          if (end > start) wanted.insert(n.substr(start, end - start));
+          start = end + 1;
+        }
+    if (const char* env = safe_getenv("BACKPLANE_ISOLATE_DEADLINE_MS"); env && !deadline) deadline = std::atoll(env);
+  }
+  const Plugin* remote = nullptr;
+  for (auto& p : impl.plugins)
+    if (p->info().name == "remote") remote = p.get();
+  std::filesystem::path server;
+  if (options.use_environment)
+    if (const char* env = safe_getenv("BACKPLANE_SERVER"); env && *env) server = env;
+  if (server.empty()) server = default_plugin_dir().parent_path().parent_path() / "bin" / "backplane";
+  std::set<std::string> seen;
+  for (auto& p : impl.plugins) {
+    PluginInfo& info = p->mutable_info();
+    seen.insert(info.name);
+    if (info.isolation != "process" && !wanted.count(info.name)) continue;
+    if (info.name == "remote" || info.instances) continue;  // it is the way in, not a thing to isolate
+    if (!remote) {
+      info.state = PluginState::Rejected;
+      info.rejection = "isolation was asked for, but the remote plugin (remote.json) is not on the search path";
+      continue;
+    }
+    Json inst;
+    inst["isolate"] = info.name;
+    inst["version"] = info.version;
+    inst["server"] = server.string();
+    inst["manifest_dir"] = info.manifest_path.parent_path().string();
+    inst["deadline_ms"] = deadline;
+    info.isolated = true;
+    info.instance = inst.dump();
+    info.library_path = remote->info().library_path;
+  }
+  for (const auto& n : wanted)
+    if (!seen.count(n))
+      impl.manifest_errors.emplace_back(std::filesystem::path("BACKPLANE_ISOLATE"),
+                                        "names plugin '" + n + "', which no manifest on the search path declares");
+}
+
+}  // namespace
+
 Runtime::Runtime(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 // Plans may still hold the Impl; the last owner unloads the plugins (before
 // the pool, which they may use: see the member order of Runtime::Impl).
@@ -126,6 +184,7 @@ std::unique_ptr<Runtime> Runtime::create(RuntimeOptions options) {
       }
     }
   }
+  setup_isolation(*impl);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 

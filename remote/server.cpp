@@ -1,0 +1,543 @@
+// `backplane serve`: one gRPC stream per client session. Every request is
+// decoded and checked (remote/validate.cpp) before it reaches a plugin;
+// buffers belong to the session that allocated them and are freed when its
+// stream ends. See docs/remote.md for the threat model.
+#include "server.hpp"
+
+#include "backplane_remote.grpc.pb.h"
+#include "codec.hpp"
+#include "plugin.hpp"  // the core's Plugin/Device internals (core/src)
+#include "validate.hpp"
+
+#include <backplane/sdk/dtype.hpp>
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
+
+namespace backplane::remote {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct ServedDevice {
+  Device* device = nullptr;
+  Plugin* plugin = nullptr;
+  bp_device* handle = nullptr;
+  std::vector<KernelInfo> table;  // the plugin's kernel table
+  std::vector<bool> supported;
+  bp_device_info info{};
+  std::mutex run;  // one batch at a time per device (begin..synchronize)
+};
+
+std::string take(const Plugin& p, bp_error* e, int64_t* call_index = nullptr) {
+  if (call_index) {
+    *call_index = -1;
+    const auto* api = p.api();
+    if (e && api->struct_size >= offsetof(bp_plugin_api, error_call_index) + sizeof(void*) && api->error_call_index)
+      *call_index = api->error_call_index(e);
+  }
+  return p.take_error(e);
+}
+
+// Batches in flight, for the deadline watchdog.
+struct Watch {
+  std::mutex mu;
+  std::map<uint64_t, std::pair<Clock::time_point, std::string>> running;
+  uint64_t next = 1;
+};
+
+class Service final : public Remote::Service {
+ public:
+  Service(std::vector<std::unique_ptr<ServedDevice>>& devices, const ServerOptions& options, Watch& watch)
+      : devices_(devices), options_(options), watch_(watch) {}
+
+  grpc::Status Session(grpc::ServerContext* context, grpc::ServerReaderWriter<Response, Request>* stream) override;
+
+ private:
+  struct Buffer {
+    uint32_t device;
+    uint64_t handle;
+    uint64_t size;
+    void* host_ptr;
+  };
+  struct State {
+    std::unordered_map<uint64_t, Buffer> buffers;
+    uint64_t next_buffer = 1;
+    uint64_t bytes = 0;
+    std::unordered_map<uint64_t, std::vector<CheckedCall>> sequences;
+    size_t sequence_calls = 0;
+  };
+
+  Response handle(State& st, const Request& req);
+  Response hello();
+  Response allocate(State& st, const Allocate& a);
+  Response batch(State& st, const Batch& b);
+  void release(State& st);
+
+  std::vector<std::unique_ptr<ServedDevice>>& devices_;
+  const ServerOptions& options_;
+  Watch& watch_;
+  std::atomic<int> sessions_{0};
+};
+
+Response failure(bp_status_code code, const std::string& message, int64_t call_index = -1) {
+  Response r;
+  auto* f = r.mutable_failure();
+  f->set_code(static_cast<uint32_t>(code));
+  f->set_message(message.size() > 4096 ? message.substr(0, 4096) + "..." : message);
+  f->set_call_index(call_index);
+  return r;
+}
+
+grpc::Status Service::Session(grpc::ServerContext* context, grpc::ServerReaderWriter<Response, Request>* stream) {
+  // The token first: a client without it learns nothing but the refusal.
+  const auto& md = context->client_metadata();
+  const auto it = md.find(kTokenKey);
+  const std::string given = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+  if (!same_secret(given, options_.token))
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "a valid token is required");
+  if (sessions_.fetch_add(1) >= options_.max_sessions) {
+    sessions_.fetch_sub(1);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many sessions");
+  }
+  State st;
+  Request req;
+  while (stream->Read(&req)) {
+    Response resp = handle(st, req);
+    if (!stream->Write(resp)) break;
+  }
+  release(st);
+  sessions_.fetch_sub(1);
+  return grpc::Status::OK;
+}
+
+void Service::release(State& st) {
+  for (auto& [id, b] : st.buffers) {
+    auto& d = *devices_[b.device];
+    d.plugin->api()->buffer_free(d.handle, b.handle);
+  }
+  st.buffers.clear();
+  st.sequences.clear();
+}
+
+Response Service::handle(State& st, const Request& req) {
+  try {
+    switch (req.body_case()) {
+      case Request::kHello:
+        if (req.hello().protocol() != kProtocolVersion)
+          return failure(BP_ERR_INCOMPATIBLE, "this server speaks protocol " + std::to_string(kProtocolVersion) +
+                                                  ", the client " + std::to_string(req.hello().protocol()));
+        return hello();
+      case Request::kAllocate: return allocate(st, req.allocate());
+      case Request::kFree: {
+        auto it = st.buffers.find(req.free().buffer());
+        if (it == st.buffers.end()) return failure(BP_ERR_INVALID_ARGUMENT, "free: no such buffer");
+        // Recorded sequences that use it can no longer run.
+        for (auto s = st.sequences.begin(); s != st.sequences.end();) {
+          bool uses = false;
+          for (const auto& c : s->second)
+            for (auto id : c.input_buffers) uses |= id == it->first;
+          for (const auto& c : s->second) uses |= c.output_buffers[0] == it->first;
+          if (uses) {
+            st.sequence_calls -= s->second.size();
+            s = st.sequences.erase(s);
+          } else {
+            ++s;
+          }
+        }
+        auto& d = *devices_[it->second.device];
+        d.plugin->api()->buffer_free(d.handle, it->second.handle);
+        st.bytes -= it->second.size;
+        st.buffers.erase(it);
+        return Response();
+      }
+      case Request::kBatch: return batch(st, req.batch());
+      case Request::BODY_NOT_SET: break;
+    }
+    return failure(BP_ERR_INVALID_ARGUMENT, "an empty request");
+  } catch (const std::bad_alloc&) {
+    return failure(BP_ERR_OUT_OF_MEMORY, "the server ran out of memory for this request");
+  } catch (const std::exception& e) {
+    return failure(BP_ERR_INTERNAL, e.what());
+  }
+}
+
+Response Service::hello() {
+  Response r;
+  auto* h = r.mutable_hello();
+  h->set_protocol(kProtocolVersion);
+  std::map<const Plugin*, int> plugin_index;
+  for (auto& d : devices_) {
+    if (!plugin_index.count(d->plugin)) {
+      plugin_index[d->plugin] = h->plugins_size();
+      auto* p = h->add_plugins();
+      p->set_name(d->plugin->info().name);
+      p->set_version(d->plugin->info().version);
+      for (const auto& k : d->table) {
+        auto* kd = p->add_kernels();
+        kd->set_op(k.op);
+        for (auto t : k.dtypes) kd->add_dtypes(t);
+        for (auto l : k.layouts) kd->add_layouts(l);
+        kd->set_n_outputs(1);
+        kd->set_bundle_slots(k.bundle_slots);
+        kd->set_flags(k.variadic ? BP_KERNEL_FLAG_VARIADIC : 0);
+      }
+    }
+    auto* dd = h->add_devices();
+    dd->set_name(d->device->name());
+    dd->set_kind(d->device->kind());
+    dd->set_description(d->device->description());
+    dd->set_buffer_alignment(d->info.buffer_alignment);
+    dd->set_max_buffer_size(d->info.max_buffer_size);
+    dd->set_plugin(d->plugin->info().name);
+    for (size_t k = 0; k < d->supported.size(); ++k)
+      if (d->supported[k]) dd->add_kernels(static_cast<uint32_t>(k));
+  }
+  return r;
+}
+
+Response Service::allocate(State& st, const Allocate& a) {
+  if (a.device() >= devices_.size()) return failure(BP_ERR_INVALID_ARGUMENT, "allocate: no device " + std::to_string(a.device()));
+  if (a.in_shm()) return failure(BP_ERR_INVALID_ARGUMENT, "allocate: this server shares no memory with the client");
+  auto& d = *devices_[a.device()];
+  if (d.info.max_buffer_size && a.size() > d.info.max_buffer_size)
+    return failure(BP_ERR_OUT_OF_MEMORY, "allocate: " + std::to_string(a.size()) + " bytes exceed " + d.device->name() +
+                                             "'s largest buffer of " + std::to_string(d.info.max_buffer_size));
+  if (options_.max_session_bytes && (a.size() > options_.max_session_bytes || st.bytes > options_.max_session_bytes - a.size()))
+    return failure(BP_ERR_OUT_OF_MEMORY, "allocate: the session would hold more than the server's limit of " +
+                                             std::to_string(options_.max_session_bytes) + " bytes");
+  bp_buffer buf{};
+  buf.struct_size = sizeof buf;
+  if (bp_error* e = d.plugin->api()->buffer_allocate(d.handle, a.size(), &buf))
+    return failure(d.plugin->api()->error_code(e), "allocate on " + d.device->name() + ": " + take(*d.plugin, e));
+  const uint64_t id = st.next_buffer++;
+  st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), buf.host_ptr};
+  st.bytes += a.size();
+  Response r;
+  r.mutable_allocate()->set_buffer(id);
+  return r;
+}
+
+Response Service::batch(State& st, const Batch& b) {
+  if (static_cast<size_t>(b.writes_size()) > kMaxWritesPerBatch || static_cast<size_t>(b.calls_size()) > kMaxCallsPerBatch ||
+      static_cast<size_t>(b.reads_size()) > kMaxReadsPerBatch)
+    return failure(BP_ERR_INVALID_ARGUMENT, "batch: too many writes, calls or reads");
+  auto range = [&](uint64_t id, uint64_t offset, uint64_t size, const char* what, Buffer*& out) -> std::string {
+    auto it = st.buffers.find(id);
+    if (it == st.buffers.end()) return std::string(what) + ": no such buffer";
+    uint64_t end = 0;
+    if (__builtin_add_overflow(offset, size, &end) || end > it->second.size)
+      return std::string(what) + ": bytes [" + std::to_string(offset) + ", +" + std::to_string(size) +
+             ") outside a buffer of " + std::to_string(it->second.size);
+    if (size > kMaxChunkBytes) return std::string(what) + ": more than 32 MiB in one piece";
+    out = &it->second;
+    return {};
+  };
+  // Writes.
+  for (const auto& w : b.writes()) {
+    if (w.from_shm()) return failure(BP_ERR_INVALID_ARGUMENT, "write: this server shares no memory with the client");
+    Buffer* buf = nullptr;
+    if (auto e = range(w.buffer(), w.offset(), w.data().size(), "write", buf); !e.empty())
+      return failure(BP_ERR_INVALID_ARGUMENT, e);
+    auto& d = *devices_[buf->device];
+    if (bp_error* e = d.plugin->api()->buffer_write(d.handle, buf->handle, w.offset(), w.data().data(), w.data().size()))
+      return failure(d.plugin->api()->error_code(e), "write on " + d.device->name() + ": " + take(*d.plugin, e));
+  }
+  // Calls: checked (or a recorded sequence), then run.
+  std::vector<CheckedCall> fresh;
+  const std::vector<CheckedCall>* calls = &fresh;
+  if (b.replay()) {
+    if (b.calls_size() || b.record()) return failure(BP_ERR_INVALID_ARGUMENT, "batch: a replay carries no calls");
+    auto it = st.sequences.find(b.replay());
+    if (it == st.sequences.end()) return failure(BP_ERR_INVALID_ARGUMENT, "batch: no recorded sequence " + std::to_string(b.replay()));
+    calls = &it->second;
+  } else {
+    fresh.reserve(static_cast<size_t>(b.calls_size()));
+    for (int i = 0; i < b.calls_size(); ++i) {
+      const Call& c = b.calls(i);
+      if (c.device() >= devices_.size()) return failure(BP_ERR_INVALID_ARGUMENT, "call: no device " + std::to_string(c.device()), i);
+      auto& d = *devices_[c.device()];
+      if (c.kernel() >= d.table.size() || !d.supported[c.kernel()])
+        return failure(BP_ERR_INVALID_ARGUMENT, "call: " + d.device->name() + " has no kernel #" + std::to_string(c.kernel()), i);
+      CallContext ctx;
+      ctx.kernel = &d.table[c.kernel()];
+      ctx.alignment = d.info.buffer_alignment;
+      const uint32_t dev = c.device();
+      ctx.buffer_size = [&st, dev](uint64_t id) -> std::optional<uint64_t> {
+        auto it = st.buffers.find(id);
+        if (it == st.buffers.end() || it->second.device != dev) return std::nullopt;
+        return it->second.size;
+      };
+      const auto* api = d.plugin->api();
+      if (api->infer_custom_op)
+        ctx.infer_custom = [api, &d](const std::string& op, const std::vector<bp_dtype>& dts, const std::vector<bp_layout>& ls,
+                                     const bp_op_params& p, bp_dtype& odt, bp_layout& ol) -> std::string {
+          if (bp_error* e = api->infer_custom_op(bp_string{op.data(), op.size()}, dts.data(), ls.data(), ls.size(), &p, &odt, &ol))
+            return take(*d.plugin, e);
+          return {};
+        };
+      CheckedCall cc;
+      if (auto e = check_call(c, ctx, cc); !e.empty())
+        return failure(BP_ERR_INVALID_ARGUMENT, "call " + std::to_string(i) + " on " + d.device->name() + ": " + e, i);
+      fresh.push_back(std::move(cc));
+    }
+    if (b.record()) {
+      if (st.sequences.size() >= 256 || st.sequence_calls + fresh.size() > (size_t{1} << 20))
+        return failure(BP_ERR_OUT_OF_MEMORY, "batch: too many recorded sequences");
+      st.sequence_calls += fresh.size();
+      auto& seq = st.sequences[b.record()];
+      seq = fresh;
+      calls = &seq;
+    }
+  }
+  Response r;
+  auto* reply = r.mutable_batch();
+  if (!calls->empty()) {
+    std::set<uint32_t> used;
+    for (const auto& c : *calls) used.insert(c.device);
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (auto dev : used) locks.emplace_back(devices_[dev]->run);  // in index order: no deadlock
+    uint64_t watch_id = 0;
+    if (options_.deadline_ms > 0) {
+      std::lock_guard<std::mutex> lk(watch_.mu);
+      watch_id = watch_.next++;
+      watch_.running[watch_id] = {Clock::now(), std::to_string(calls->size()) + " kernel calls"};
+    }
+    struct Unwatch {
+      Watch& w;
+      uint64_t id;
+      ~Unwatch() {
+        if (!id) return;
+        std::lock_guard<std::mutex> lk(w.mu);
+        w.running.erase(id);
+      }
+    } unwatch{watch_, watch_id};
+    std::vector<uint32_t> begun;
+    std::string error;
+    bp_status_code code = BP_OK;
+    int64_t failed_call = -1;
+    for (auto dev : used) {
+      auto& d = *devices_[dev];
+      if (d.plugin->api()->begin)
+        if (bp_error* e = d.plugin->api()->begin(d.handle)) {
+          code = d.plugin->api()->error_code(e);
+          error = "begin on " + d.device->name() + ": " + take(*d.plugin, e);
+          break;
+        }
+      begun.push_back(dev);
+    }
+    // Each device's calls counted from its begin(), to map error_call_index back.
+    std::map<uint32_t, std::vector<int64_t>> ordinal;
+    for (size_t i = 0; error.empty() && i < calls->size(); ++i) {
+      CheckedCall c = (*calls)[i];  // a copy: its storages get this run's handles
+      auto& d = *devices_[c.device];
+      bool missing = false;
+      auto bind = [&](bp_storage& s, uint64_t id) {
+        if (id == 0) return;
+        auto it = st.buffers.find(id);
+        if (it == st.buffers.end()) {
+          missing = true;
+          return;
+        }
+        s.buffer_handle = it->second.handle;
+        s.data = it->second.host_ptr ? static_cast<char*>(it->second.host_ptr) + s.byte_offset : nullptr;
+      };
+      for (size_t k = 0; k < c.inputs.size(); ++k) bind(c.inputs[k], c.input_buffers[k]);
+      bind(c.outputs[0], c.output_buffers[0]);
+      if (missing) {
+        code = BP_ERR_INVALID_ARGUMENT;
+        error = "call " + std::to_string(i) + ": a buffer it uses was freed";
+        failed_call = static_cast<int64_t>(i);
+        break;
+      }
+      ordinal[c.device].push_back(static_cast<int64_t>(i));
+      bp_kernel_context ctx{};
+      ctx.struct_size = sizeof ctx;
+      ctx.device = d.handle;
+      ctx.host = d.plugin->host();
+      ctx.kernel_index = c.kernel;
+      const auto& kd = d.plugin->api()->kernels[c.kernel];
+      if (bp_error* e = kd.fn(&ctx, c.inputs.data(), c.inputs.size(), c.outputs.data(), c.outputs.size(),
+                              c.layouts.data(), &c.params)) {
+        code = d.plugin->api()->error_code(e);
+        error = take(*d.plugin, e);
+        failed_call = static_cast<int64_t>(i);
+      }
+    }
+    for (auto dev : begun) {
+      auto& d = *devices_[dev];
+      if (!d.plugin->api()->synchronize) continue;
+      if (bp_error* e = d.plugin->api()->synchronize(d.handle)) {
+        int64_t idx = -1;
+        const bp_status_code c = d.plugin->api()->error_code(e);
+        std::string msg = take(*d.plugin, e, &idx);
+        if (error.empty()) {
+          code = c;
+          error = msg;
+          const auto& ord = ordinal[dev];
+          failed_call = idx >= 0 && static_cast<size_t>(idx) < ord.size() ? ord[static_cast<size_t>(idx)] : -1;
+        }
+      }
+    }
+    if (!error.empty()) return failure(code == BP_OK ? BP_ERR_INTERNAL : code, error, failed_call);
+  }
+  // Reads.
+  size_t total = 0;
+  for (const auto& rd : b.reads()) {
+    if (rd.to_shm()) return failure(BP_ERR_INVALID_ARGUMENT, "read: this server shares no memory with the client");
+    Buffer* buf = nullptr;
+    if (auto e = range(rd.buffer(), rd.offset(), rd.size(), "read", buf); !e.empty()) return failure(BP_ERR_INVALID_ARGUMENT, e);
+    total += rd.size();
+    if (total > kMaxMessageBytes - (1u << 20)) return failure(BP_ERR_INVALID_ARGUMENT, "read: more than one reply can carry");
+    auto& d = *devices_[buf->device];
+    std::string* data = reply->add_reads();
+    data->resize(rd.size());
+    if (bp_error* e = d.plugin->api()->buffer_read(d.handle, buf->handle, rd.offset(), data->data(), rd.size()))
+      return failure(d.plugin->api()->error_code(e), "read on " + d.device->name() + ": " + take(*d.plugin, e));
+  }
+  return r;
+}
+
+std::atomic<grpc::Server*> g_server{nullptr};
+
+bool loopback_host(const std::string& hostport) {
+  return hostport.rfind("127.0.0.1:", 0) == 0 || hostport.rfind("[::1]:", 0) == 0;
+}
+
+}  // namespace
+
+int serve(Runtime& runtime, const ServerOptions& options) {
+  if (options.listen.empty() == options.unix_path.empty())
+    throw Error("serve: give exactly one of --listen HOST:PORT and --unix PATH");
+  if (options.token.empty()) throw Error("serve: a token is required (--token-file)");
+  if (options.token.size() < 16) throw Error("serve: the token must be at least 16 bytes");
+  const bool tls = !options.tls_cert_pem.empty() || !options.tls_key_pem.empty();
+  if (tls && (options.tls_cert_pem.empty() || options.tls_key_pem.empty()))
+    throw Error("serve: TLS needs both --tls-cert and --tls-key");
+  if (!options.listen.empty() && !tls) {
+    if (!options.insecure_loopback)
+      throw Error("serve: over TCP the server requires TLS (--tls-cert, --tls-key); --insecure-loopback allows "
+                  "plain TCP on 127.0.0.1 only");
+    if (!loopback_host(options.listen))
+      throw Error("serve: --insecure-loopback binds 127.0.0.1 (or [::1]) only, not '" + options.listen + "'");
+  }
+
+  // The devices: every loaded plugin's, or only the named plugins'.
+  std::vector<std::unique_ptr<ServedDevice>> devices;
+  std::set<std::string> wanted(options.plugins.begin(), options.plugins.end());
+  std::vector<Device*> chosen;
+  for (const auto& name : options.plugins) {
+    bool found = false;
+    for (const auto& info : runtime.plugins()) found |= info.name == name;
+    if (!found) throw Error("serve: no plugin named '" + name + "' on this server's search path");
+    runtime.device(name);  // loads only it; throws naming the reason when it cannot
+    for (const auto& l : runtime.devices())
+      if (l.plugin == name && l.state == PluginState::Loaded) chosen.push_back(&runtime.device(l.name));
+  }
+  if (wanted.empty()) chosen = runtime.all_devices();
+  for (Device* dev : chosen) {
+    Plugin& p = DeviceAccess::plugin(*dev);
+    if (!wanted.empty() && !wanted.count(p.info().name)) continue;
+    auto d = std::make_unique<ServedDevice>();
+    d->device = dev;
+    d->plugin = &p;
+    d->handle = DeviceAccess::handle(*dev);
+    d->table = p.info().kernels;
+    d->info = DeviceAccess::info(*dev);
+    for (size_t k = 0; k < d->table.size(); ++k) d->supported.push_back(DeviceAccess::supports(*dev, static_cast<int>(k)));
+    devices.push_back(std::move(d));
+  }
+  if (devices.size() > kMaxDevices) devices.resize(kMaxDevices);
+  if (devices.empty()) throw Error("serve: no device to offer (no plugin loaded a device)");
+
+  Watch watch;
+  Service service(devices, options, watch);
+  grpc::ServerBuilder builder;
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (tls) {
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  int port = 0;
+  const std::string address = options.unix_path.empty() ? options.listen : "unix:" + options.unix_path;
+  builder.AddListeningPort(address, creds, options.unix_path.empty() ? &port : nullptr);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
+  grpc::ResourceQuota quota("backplane-serve");
+  quota.SetMaxThreads(options.max_sessions + 4);
+  builder.SetResourceQuota(quota);
+  // Dead peers are noticed: pings every 10 s on idle connections.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+
+  // SIGINT/SIGTERM end the server; blocked here so every thread inherits it.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || (options.unix_path.empty() && port == 0)) throw Error("serve: cannot listen on " + address);
+  g_server = server.get();
+  std::string where = options.unix_path.empty()
+                          ? options.listen.substr(0, options.listen.rfind(':')) + ":" + std::to_string(port)
+                          : "unix:" + options.unix_path;
+  const std::string line = "listening on " + where + (tls ? " (TLS)" : "") + ", " + std::to_string(devices.size()) +
+                           " device(s)\n";
+  if (!options.quiet) {
+    std::fputs(("backplane serve: " + line).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  if (options.ready_fd >= 0) {
+    ssize_t ignored = ::write(options.ready_fd, line.data(), line.size());
+    (void)ignored;
+    ::close(options.ready_fd);
+  }
+
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop, &sig);
+    if (!done) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  });
+  std::thread watchdog;
+  if (options.deadline_ms > 0)
+    watchdog = std::thread([&] {
+      while (!done) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::lock_guard<std::mutex> lk(watch.mu);
+        for (const auto& [id, w] : watch.running)
+          if (Clock::now() - w.first > std::chrono::milliseconds(options.deadline_ms)) {
+            std::fprintf(stderr, "backplane serve: a batch of %s ran past the deadline of %lld ms; exiting\n",
+                         w.second.c_str(), static_cast<long long>(options.deadline_ms));
+            std::fflush(stderr);
+            _exit(3);
+          }
+      }
+    });
+  server->Wait();
+  done = true;
+  g_server = nullptr;
+  pthread_kill(stopper.native_handle(), SIGTERM);
+  stopper.join();
+  if (watchdog.joinable()) watchdog.join();
+  return 0;
+}
+
+}  // namespace backplane::remote

@@ -1,0 +1,33 @@
+// `backplane serve`: offers the devices of this machine's plugins over gRPC.
+#pragma once
+
+#include <backplane/backplane.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace backplane::remote {
+
+struct ServerOptions {
+  std::string listen;     // HOST:PORT (TCP), or empty
+  std::string unix_path;  // a unix socket path, or empty
+  std::string token;      // required of every client
+  std::string tls_cert_pem, tls_key_pem;  // TLS for TCP
+  bool insecure_loopback = false;         // TCP without TLS, 127.0.0.1 only
+  std::vector<std::string> plugins;       // serve only these plugins (empty = all)
+  int64_t deadline_ms = 0;                // a batch running longer ends the server (0 = none)
+  uint64_t max_session_bytes = 0;         // device memory one session may hold (0 = no limit)
+  int max_sessions = 16;
+  bool quiet = false;
+  // Set by `serve --ready-fd N`: the server writes one line there once it
+  // accepts connections (a supervisor waits for it instead of polling).
+  int ready_fd = -1;
+};
+
+// Checks the options (TLS and token over TCP, loopback rules), loads the
+// plugins, listens, and serves until SIGINT/SIGTERM. Returns the process exit
+// code; a refusal to start is an Error naming the reason.
+int serve(Runtime& runtime, const ServerOptions& options);
+
+}  // namespace backplane::remote

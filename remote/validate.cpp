@@ -1,0 +1,286 @@
+#include "validate.hpp"
+
+#include "ops.hpp"  // the core's shape inference (core/src)
+
+#include <backplane/sdk/dtype.hpp>
+#include <backplane/sdk/plugin.hpp>
+
+namespace backplane::remote {
+
+namespace {
+
+bool is_float(bp_dtype d) {
+  return d == BP_DTYPE_F32 || d == BP_DTYPE_F16 || d == BP_DTYPE_BF16 || d == BP_DTYPE_F64;
+}
+
+Json dims_json(uint32_t n, const int32_t* dims) {
+  Json a = Json::array();
+  for (uint32_t i = 0; i < n; ++i) a.push_back(dims[i]);
+  return a;
+}
+
+Shape shape_of(const bp_layout& l) { return Shape(l.shape, l.shape + l.rank); }
+
+std::string shape_text(const Shape& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+bool dense_at_zero(const bp_layout& l) { return l.offset == 0 && sdk::is_contiguous(l); }
+
+// One storage of the call: its buffer is this session's, on this device, the
+// byte range lies inside it, and its start is aligned as the device needs.
+std::string check_range(const Storage& s, const CallContext& ctx, const std::string& what) {
+  const auto size = ctx.buffer_size(s.buffer());
+  if (!size) return what + " names buffer " + std::to_string(s.buffer()) + ", which this session does not own on this device";
+  uint64_t end = 0;
+  if (__builtin_add_overflow(s.byte_offset(), s.byte_size(), &end) || end > *size)
+    return what + " spans bytes [" + std::to_string(s.byte_offset()) + ", +" + std::to_string(s.byte_size()) +
+           ") of a buffer of " + std::to_string(*size);
+  if (ctx.alignment && s.byte_offset() % ctx.alignment != 0)
+    return what + " starts at byte " + std::to_string(s.byte_offset()) + ", not aligned to " +
+           std::to_string(ctx.alignment);
+  return {};
+}
+
+}  // namespace
+
+CheckedCall& CheckedCall::operator=(const CheckedCall& o) {
+  if (this == &o) return *this;
+  device = o.device;
+  kernel = o.kernel;
+  inputs = o.inputs;
+  outputs = o.outputs;
+  input_buffers = o.input_buffers;
+  output_buffers = o.output_buffers;
+  output_slots = o.output_slots;
+  layouts = o.layouts;
+  params = o.params;
+  json = o.json;
+  if (params.kind == BP_PARAMS_CUSTOM) params.u.custom.json = bp_string{json.data(), json.size()};
+  for (size_t i = 0; i < outputs.size(); ++i)
+    outputs[i].slots = output_slots[i].empty() ? nullptr : output_slots[i].data();
+  return *this;
+}
+
+Json params_json(const std::string& op, const bp_op_params& p, bp_dtype x, int64_t x_rank) {
+  Json j = Json::object();
+  const auto& u = p.u;
+  switch (p.kind) {
+    case BP_PARAMS_NONE:
+    case BP_PARAMS_CUSTOM: break;
+    case BP_PARAMS_REDUCE:
+      if (u.reduce.n_dims) j["dims"] = dims_json(u.reduce.n_dims, u.reduce.dims);
+      j["keepdim"] = u.reduce.keepdim;
+      break;
+    case BP_PARAMS_ARG_REDUCE:
+      j["dim"] = u.arg_reduce.dim;
+      j["keepdim"] = u.arg_reduce.keepdim;
+      j["select_last_index"] = u.arg_reduce.select_last_index;
+      break;
+    case BP_PARAMS_DIM:
+      j["dim"] = u.dim.dim;
+      if (op == "cumsum") {
+        j["exclusive"] = u.dim.exclusive;
+        j["reverse"] = u.dim.reverse;
+      }
+      break;
+    case BP_PARAMS_CAST: j["dtype"] = std::string(dtype_name(u.cast.dtype)); break;
+    case BP_PARAMS_CLAMP:
+      if (u.clamp.has_min) j["min"] = is_float(x) ? Json(u.clamp.min_f) : Json(u.clamp.min_i);
+      if (u.clamp.has_max) j["max"] = is_float(x) ? Json(u.clamp.max_f) : Json(u.clamp.max_i);
+      break;
+    case BP_PARAMS_AFFINE:
+      j["mul"] = u.affine.mul;
+      j["add"] = u.affine.add;
+      break;
+    case BP_PARAMS_GELU: j["approximate"] = u.gelu.tanh_approximation ? "tanh" : "none"; break;
+    case BP_PARAMS_LAYER_NORM: {
+      Json d = Json::array();
+      for (int64_t i = x_rank - static_cast<int64_t>(u.layer_norm.n_dims); i < x_rank; ++i) d.push_back(i);
+      j["dims"] = d;
+      j["eps"] = u.layer_norm.eps;
+      break;
+    }
+    case BP_PARAMS_CONV2D:
+      j["stride"] = {u.conv2d.stride[0], u.conv2d.stride[1]};
+      j["padding"] = {u.conv2d.padding[0], u.conv2d.padding[1], u.conv2d.padding[2], u.conv2d.padding[3]};
+      j["dilation"] = {u.conv2d.dilation[0], u.conv2d.dilation[1]};
+      j["groups"] = u.conv2d.groups;
+      break;
+    case BP_PARAMS_TOPK:
+      j["k"] = u.topk.k;
+      j["dim"] = u.topk.dim;
+      j["largest"] = u.topk.largest;
+      j["sorted"] = u.topk.sorted;
+      break;
+    case BP_PARAMS_VAR_MEAN:
+      if (u.var_mean.n_dims) j["dims"] = dims_json(u.var_mean.n_dims, u.var_mean.dims);
+      j["correction"] = u.var_mean.correction;
+      j["keepdim"] = u.var_mean.keepdim;
+      break;
+    case BP_PARAMS_SELECTIVE_SCAN: j["delta_softplus"] = u.selective_scan.delta_softplus; break;
+  }
+  return j;
+}
+
+std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& out) {
+  const KernelInfo& k = *ctx.kernel;
+  const size_t fixed = k.dtypes.size() - 1;  // declared inputs
+  const size_t n_in = static_cast<size_t>(call.inputs_size());
+  if (k.variadic ? (n_in < fixed || n_in > kMaxCallInputs) : n_in != fixed)
+    return k.op + ": " + std::to_string(n_in) + " inputs; the kernel takes " + std::to_string(fixed) +
+           (k.variadic ? " or more" : "");
+  if (call.outputs_size() != 1) return k.op + ": a kernel call has exactly one output storage";
+  if (static_cast<size_t>(call.layouts_size()) != n_in + 1)
+    return k.op + ": " + std::to_string(call.layouts_size()) + " layouts for " + std::to_string(n_in + 1) + " storages";
+
+  out = CheckedCall();
+  out.device = call.device();
+  out.kernel = call.kernel();
+  out.layouts.resize(n_in + 1);
+  for (size_t i = 0; i <= n_in; ++i)
+    if (auto e = decode_layout(call.layouts(static_cast<int>(i)), out.layouts[i]); !e.empty())
+      return k.op + ": layout " + std::to_string(i) + ": " + e;
+  if (auto e = decode_params(call.params(), out.params, out.json); !e.empty()) return k.op + ": " + e;
+
+  const auto opt = detail::optional_inputs(k.op);
+  std::vector<detail::ValueType> types(n_in);
+  std::vector<const detail::ValueType*> type_ptrs(n_in, nullptr);
+  out.inputs.assign(n_in, bp_storage{});
+  out.input_buffers.assign(n_in, 0);
+  for (size_t i = 0; i < n_in; ++i) {
+    const Storage& s = call.inputs(static_cast<int>(i));
+    const std::string what = k.op + ": input " + std::to_string(i);
+    const bp_dtype key = k.dtypes[i < fixed ? i : fixed - 1];
+    const auto cap = k.layouts[i < fixed ? i : fixed - 1];
+    bp_storage& st = out.inputs[i];
+    st.struct_size = sizeof st;
+    if (s.slots_size() != 0) return what + " carries bundle slots";
+    if (s.buffer() == 0) {
+      const bool optional = i >= opt.first && i < opt.first + opt.total;
+      if (!optional) return what + " is absent but required";
+      if (s.byte_size() || s.byte_offset()) return what + " is absent but has bytes";
+      st.dtype = key;
+      continue;
+    }
+    bp_dtype dt{};
+    if (auto e = decode_dtype(s.dtype(), dt); !e.empty()) return what + ": " + e;
+    if (dt != key)
+      return what + " is " + std::string(dtype_name(dt)) + "; the kernel takes " + std::string(dtype_name(key));
+    if (auto e = check_range(s, ctx, what); !e.empty()) return e;
+    const bp_layout& l = out.layouts[i];
+    if (!sdk::layout_fits(l, dtype_size(dt), 0, s.byte_size()))
+      return what + ": its layout reaches outside its " + std::to_string(s.byte_size()) + " bytes";
+    if (cap == BP_LAYOUT_CONTIGUOUS && !dense_at_zero(l)) return what + " must be dense (the kernel is contiguous-only)";
+    st.byte_offset = s.byte_offset();
+    st.byte_size = s.byte_size();
+    st.dtype = dt;
+    out.input_buffers[i] = s.buffer();
+    types[i].dtype = dt;
+    types[i].shape = shape_of(l);
+    type_ptrs[i] = &types[i];
+  }
+
+  // The output: dense, inside its buffer; a bundle's slots likewise.
+  const Storage& o = call.outputs(0);
+  const std::string what = k.op + ": the output";
+  if (o.buffer() == 0) return what + " is absent";
+  bp_dtype odt{};
+  if (auto e = decode_dtype(o.dtype(), odt); !e.empty()) return what + ": " + e;
+  if (odt != k.dtypes.back())
+    return what + " is " + std::string(dtype_name(odt)) + "; the kernel writes " +
+           std::string(dtype_name(k.dtypes.back()));
+  if (auto e = check_range(o, ctx, what); !e.empty()) return e;
+  const bp_layout& ol = out.layouts[n_in];
+  out.outputs.assign(1, bp_storage{});
+  out.output_slots.assign(1, {});
+  out.output_buffers.assign(1, o.buffer());
+  bp_storage& ost = out.outputs[0];
+  ost.struct_size = sizeof ost;
+  ost.byte_offset = o.byte_offset();
+  ost.byte_size = o.byte_size();
+  ost.dtype = odt;
+  if (static_cast<uint32_t>(o.slots_size()) != k.bundle_slots)
+    return what + " has " + std::to_string(o.slots_size()) + " bundle slots; the kernel writes " +
+           std::to_string(k.bundle_slots);
+  auto& slots = out.output_slots[0];
+  for (int i = 0; i < o.slots_size(); ++i) {
+    const Slot& s = o.slots(i);
+    bp_bundle_slot bs{};
+    if (auto e = decode_dtype(s.dtype(), bs.dtype); !e.empty()) return what + " slot " + std::to_string(i) + ": " + e;
+    if (auto e = decode_layout(s.layout(), bs.layout); !e.empty()) return what + " slot " + std::to_string(i) + ": " + e;
+    bs.byte_offset = s.byte_offset();
+    if (!dense_at_zero(bs.layout) || s.byte_offset() % dtype_size(bs.dtype) != 0 ||
+        !sdk::layout_fits(bs.layout, dtype_size(bs.dtype), s.byte_offset(), o.byte_size()))
+      return what + " slot " + std::to_string(i) + " is not a dense range inside the output's bytes";
+    slots.push_back(bs);
+  }
+  if (!slots.empty()) {
+    if (slots[0].dtype != odt || shape_of(slots[0].layout) != shape_of(ol))
+      return what + ": its layout must describe slot 0";
+    ost.n_slots = static_cast<uint32_t>(slots.size());
+    ost.slots = slots.data();
+  }
+  if (!dense_at_zero(ol) || !sdk::layout_fits(ol, dtype_size(odt), 0, o.byte_size()))
+    return what + " is not dense inside its " + std::to_string(o.byte_size()) + " bytes";
+
+  // The op's own rules: re-infer the call and compare.
+  if (detail::is_custom_op(k.op)) {
+    if (!ctx.infer_custom) return k.op + ": vendor ops are not served";
+    std::vector<bp_dtype> dts;
+    std::vector<bp_layout> ls;
+    for (size_t i = 0; i < n_in; ++i) {
+      dts.push_back(types[i].dtype == BP_DTYPE_INVALID ? odt : types[i].dtype);
+      ls.push_back(out.layouts[i]);
+    }
+    bp_dtype idt{};
+    bp_layout il{};
+    if (auto e = ctx.infer_custom(k.op, dts, ls, out.params, idt, il); !e.empty()) return k.op + ": " + e;
+    if (idt != odt || shape_of(il) != shape_of(ol))
+      return k.op + ": the output is " + shape_text(shape_of(ol)) + "; the op gives " + shape_text(shape_of(il));
+    return {};
+  }
+  if (out.params.kind == BP_PARAMS_CUSTOM) return k.op + ": custom params for a standard op";
+  Node node;
+  node.name = "call";
+  node.op = k.op;
+  node.params = params_json(k.op, out.params, types.empty() ? odt : types[0].dtype,
+                            types.empty() ? 0 : static_cast<int64_t>(types[0].shape.size()));
+  detail::InferredNode r;
+  try {
+    r = detail::infer_node(node, type_ptrs);
+  } catch (const std::exception& e) {
+    return k.op + ": " + e.what();
+  }
+  if (r.cls != detail::OpClass::Kernel) return k.op + ": not a kernel op";
+  if (!same_params(r.params, out.params)) return k.op + ": params are not in the form shape inference gives";
+  if (r.out.is_bundle()) {
+    if (r.out.slots.size() != slots.size()) return what + ": wrong number of bundle slots";
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (slots[i].dtype != r.out.slots[i].first || shape_of(slots[i].layout) != r.out.slots[i].second)
+        return what + " slot " + std::to_string(i) + " is " + shape_text(shape_of(slots[i].layout)) + "; the op gives " +
+               shape_text(r.out.slots[i].second);
+  } else if (odt != r.out.dtype || shape_of(ol) != r.out.shape) {
+    return what + " is " + shape_text(shape_of(ol)) + " " + std::string(dtype_name(odt)) + "; the op gives " +
+           shape_text(r.out.shape) + " " + std::string(dtype_name(r.out.dtype));
+  }
+  // What the host does before an elementwise or matmul kernel.
+  if (r.canon == detail::Canon::Broadcast) {
+    for (size_t i = 0; i < n_in; ++i)
+      if (type_ptrs[i] && types[i].shape != r.out.shape)
+        return k.op + ": input " + std::to_string(i) + " is " + shape_text(types[i].shape) +
+               "; an elementwise kernel takes inputs broadcast to the output's " + shape_text(r.out.shape);
+  } else if (r.canon == detail::Canon::Matmul) {
+    const Shape& a = types[0].shape;
+    const Shape& b = types[1].shape;
+    if (a.size() < 2 || a.size() != b.size() || a.size() != r.out.shape.size() ||
+        !std::equal(a.begin(), a.end() - 2, b.begin()) || !std::equal(a.begin(), a.end() - 2, r.out.shape.begin()))
+      return k.op + ": operands " + shape_text(a) + " and " + shape_text(b) +
+             " are not of equal rank >= 2 with equal batch dims";
+  }
+  return {};
+}
+
+}  // namespace backplane::remote

@@ -1,0 +1,88 @@
+// backplane serve: offer this machine's devices to remote clients over gRPC
+// (docs/remote.md), or, with --isolated-child, run one plugin for the host
+// that started this process.
+#include "commands.hpp"
+
+#include <backplane/backplane.hpp>
+
+#include "server.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+namespace backplane::cli {
+
+namespace {
+
+std::string read_secret(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(std::string("serve: cannot read ") + what + " '" + path + "'");
+  std::ostringstream s;
+  s << f.rdbuf();
+  std::string text = s.str();
+  if (text.size() > (1u << 20)) throw Error(std::string("serve: ") + what + " '" + path + "' exceeds 1 MiB");
+  return text;
+}
+
+}  // namespace
+
+int cmd_serve(const Args& in) {
+  Args args = in;
+  remote::ServerOptions o;
+  o.listen = take_option(args, "--listen");
+  o.unix_path = take_option(args, "--unix");
+  const std::string token_file = take_option(args, "--token-file");
+  const std::string cert = take_option(args, "--tls-cert");
+  const std::string key = take_option(args, "--tls-key");
+  o.insecure_loopback = take_switch(args, "--insecure-loopback");
+  const std::string deadline = take_option(args, "--deadline");
+  const std::string max_memory = take_option(args, "--max-memory");
+  const std::string threads = take_option(args, "--threads");
+  const std::string ready_fd = take_option(args, "--ready-fd");
+  const std::string plugin_dir = take_option(args, "--plugin-dir");
+  const bool child = take_switch(args, "--isolated-child");
+  o.quiet = take_switch(args, "--quiet");
+  for (std::string p; !(p = take_option(args, "--plugin")).empty();) o.plugins.push_back(p);
+  reject_leftovers(args);
+
+  if (token_file.empty()) throw Error("serve: --token-file FILE is required (the token every client must present)");
+  o.token = read_secret(token_file, "token file");
+  while (!o.token.empty() && (o.token.back() == '\n' || o.token.back() == '\r' || o.token.back() == ' ')) o.token.pop_back();
+  if (!cert.empty()) o.tls_cert_pem = read_secret(cert, "certificate");
+  if (!key.empty()) o.tls_key_pem = read_secret(key, "key");
+  auto number = [](const std::string& s, const char* what) -> int64_t {
+    char* end = nullptr;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end || v < 0) throw Error(std::string("serve: ") + what + " must be a non-negative integer");
+    return v;
+  };
+  if (!deadline.empty()) o.deadline_ms = number(deadline, "--deadline (milliseconds)");
+  if (!max_memory.empty()) o.max_session_bytes = static_cast<uint64_t>(number(max_memory, "--max-memory (bytes)"));
+  if (!ready_fd.empty()) o.ready_fd = static_cast<int>(number(ready_fd, "--ready-fd"));
+
+  RuntimeOptions ro;
+  // The child runs its plugin in its own process: never isolated again, and
+  // only the folder its host named.
+  ro.allow_isolation = false;
+  if (!threads.empty()) ro.num_threads = static_cast<int>(number(threads, "--threads"));
+  if (child) {
+    if (plugin_dir.empty() || o.plugins.size() != 1) throw Error("serve: --isolated-child needs --plugin-dir and one --plugin");
+    ro.use_default_path = false;
+    ro.use_environment = false;
+    // It ends with the host that started it.
+    const pid_t parent = getppid();
+    std::thread([parent] {
+      while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      _exit(0);
+    }).detach();
+  }
+  if (!plugin_dir.empty()) ro.plugin_paths.push_back(plugin_dir);
+  auto runtime = Runtime::create(ro);
+  return remote::serve(*runtime, o);
+}
+
+}  // namespace backplane::cli
