@@ -1,16 +1,33 @@
 #!/usr/bin/python3
 """Runs `backplane bench` and the same cases through Debian's PyTorch (CPU) in
-one run, at 1 and 2 threads, and prints the ratio of speeds (ours / PyTorch;
-above 1 means Backplane is faster). Use Debian's /usr/bin/python3.
+one run, at 1 and 2 threads, and prints the ratio of speeds (PyTorch time /
+ours; above 1 means Backplane is faster). Use Debian's /usr/bin/python3.
 
     /usr/bin/python3 bench/compare_torch.py --backplane build/bin/backplane
 
-Install libopenblas0-pthread first: without it Debian's python3-torch runs
-matmul on the reference BLAS (~4 GFLOP/s) and the matmul ratios mean nothing.
+The PyTorch side is made a fair anchor first (and says so):
+
+- Install libopenblas0-pthread: without it Debian's python3-torch runs f32
+  matmul on the reference BLAS (~4 GFLOP/s) and the matmul ratios mean
+  nothing; the script warns when it finds no OpenBLAS.
+- Debian's OpenBLAS (0.3.21) does not know recent CPUs and picks the kernels
+  of an older core (`Core: Prescott` on a Sapphire Rapids, `Haswell` on a
+  Zen 4). When the core it reports is below what the CPU's instruction sets
+  allow, the PyTorch side (only) runs with OPENBLAS_CORETYPE set to the best
+  core type they allow, printed. Backplane's own runs and tests never get it.
+- PyTorch's ATen kernels run at the capability it picked; where the CPU has
+  AVX-512 and ATen picked less, the PyTorch side gets ATEN_CPU_CAPABILITY=avx512
+  (printed; --torch-default keeps PyTorch's own choices for both).
+
+It prints which BLAS kernel and which oneDNN ISA each side used, then per
+case ours and PyTorch's times and their ratio per thread count, then ours
+bf16 against ours f32, 2 threads against 1, and each memory-bound case's
+fraction of the `stream` roof (a plain C++ c = a + b loop, same run).
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,7 +47,8 @@ def torch_cases(torch):
     cx, cw = r(8, 64, 56, 56), r(64, 64, 3, 3)
     one_a, one_b, one_o = r(1), r(1), torch.empty(1)
     c4 = r(4096)
-    return {
+    conv = torch.nn.functional.conv2d
+    cases = {
         "add_16M": lambda: torch.add(a16, b16, out=o16),
         "add_bcast_col": lambda: torch.add(x, col, out=out),
         "add_bcast_row": lambda: torch.add(x, row, out=out),
@@ -42,10 +60,26 @@ def torch_cases(torch):
         "var_mean_dim-1": lambda: torch.var_mean(x, -1),
         "matmul_1024": lambda: torch.matmul(m1a, m1b),
         "matmul_2048": lambda: torch.matmul(m2a, m2b),
-        "conv2d_n8c64_56_k64_3x3": lambda: torch.nn.functional.conv2d(cx, cw, padding=1),
+        "conv2d_n8c64_56_k64_3x3": lambda: conv(cx, cw, padding=1),
         "add_1elem_per_call": lambda: torch.add(one_a, one_b, out=one_o),
         "chain100_add_4K": lambda: [torch.add(c4, c4) for _ in range(100)],
     }
+    # The same shapes in bf16 and f16, where this PyTorch runs them on the
+    # CPU (1.13 has no f16 matmul or conv2d there: those stay n/a).
+    for dt, sfx in ((torch.bfloat16, "_bf16"), (torch.float16, "_f16")):
+        h = {k: v.to(dt) for k, v in dict(m1a=m1a, m1b=m1b, m2a=m2a, m2b=m2b, cx=cx, cw=cw).items()}
+        more = {
+            "matmul_1024" + sfx: lambda h=h: torch.matmul(h["m1a"], h["m1b"]),
+            "matmul_2048" + sfx: lambda h=h: torch.matmul(h["m2a"], h["m2b"]),
+            "conv2d_n8c64_56_k64_3x3" + sfx: lambda h=h: conv(h["cx"], h["cw"], padding=1),
+        }
+        for k, f in more.items():
+            try:
+                f()
+                cases[k] = f
+            except RuntimeError:
+                pass
+    return cases
 
 
 def time_fn(fn, min_time):
@@ -68,21 +102,120 @@ def time_fn(fn, min_time):
     return times[len(times) // 2]
 
 
+# OpenBLAS core types by the instruction sets they need, best first.
+CORE_TYPES = [
+    ("COOPERLAKE", {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}),
+    ("SKYLAKEX", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+    ("HASWELL", {"avx2", "fma"}),
+    ("SANDYBRIDGE", {"avx"}),
+    ("NEHALEM", {"sse4_2"}),
+    ("PRESCOTT", set()),
+]
+# What OpenBLAS prints (OPENBLAS_VERBOSE=2: "Core: <name>") to the level of
+# the instruction sets its kernels use (an index into CORE_TYPES).
+CORE_LEVELS = {
+    "cooperlake": 0, "sapphirerapids": 0,
+    "skylakex": 1,
+    "haswell": 2, "zen": 2, "skylake": 2, "excavator": 2,
+    "sandybridge": 3, "bulldozer": 3, "piledriver": 3, "steamroller": 3,
+    "nehalem": 4, "dunnington": 4, "penryn": 4, "barcelona": 4,
+}
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def probe_torch(env):
+    """What this PyTorch uses: the OpenBLAS core it reports (None when the BLAS
+    is not OpenBLAS), its oneDNN's ISA line and its ATen CPU capability."""
+    code = ("import sys, re, torch\n"
+            "a = torch.rand(256, 256); a @ a\n"
+            "x = torch.rand(1, 16, 8, 8).to(torch.bfloat16); w = torch.rand(16, 16, 3, 3).to(torch.bfloat16)\n"
+            "torch.nn.functional.conv2d(x, w)\n"
+            "sys.stdout.flush()\n"
+            "m = re.search(r'CPU capability usage: (\\S+)', torch.__config__.show())\n"
+            "print('ATEN_CAPABILITY', m.group(1) if m else '?')\n")
+    env = dict(env, OPENBLAS_VERBOSE="2", DNNL_VERBOSE="1", ONEDNN_VERBOSE="1")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    text = p.stdout + p.stderr
+    core = re.search(r"Core: (\S+)", text)
+    isa = re.search(r"(?:dnnl|onednn)_verbose,info,cpu,isa:(.*)", text)
+    cap = re.search(r"ATEN_CAPABILITY (\S+)", text)
+    return (core.group(1) if core else None, isa.group(1).strip() if isa else "?", cap.group(1) if cap else "?")
+
+
+def fair_torch_env(default_only):
+    """The environment for the PyTorch side, and lines saying what was chosen."""
+    env = dict(os.environ)
+    notes = []
+    flags = cpu_flags()
+    core, isa, cap = probe_torch(env)
+    if default_only:
+        notes.append(f"PyTorch side: its own choices (--torch-default): OpenBLAS core {core}, ATen {cap}")
+    else:
+        if core is None:
+            notes.append("WARNING: PyTorch's BLAS is not OpenBLAS (the reference BLAS?): install libopenblas0-pthread; "
+                         "its f32 matmul is no fair anchor")
+        else:
+            best = next(i for i, (_, need) in enumerate(CORE_TYPES) if need <= flags)
+            level = CORE_LEVELS.get(core.lower())
+            if level is None or level > best:
+                env["OPENBLAS_CORETYPE"] = CORE_TYPES[best][0]
+                notes.append(f"PyTorch side: OpenBLAS reports core {core}, below what this CPU allows: "
+                             f"OPENBLAS_CORETYPE={CORE_TYPES[best][0]} for the PyTorch side only")
+        if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags and cap.upper() not in ("AVX512", "?"):
+            env["ATEN_CPU_CAPABILITY"] = "avx512"
+            notes.append(f"PyTorch side: ATen picked {cap}; ATEN_CPU_CAPABILITY=avx512 for the PyTorch side only")
+        core, isa, cap = probe_torch(env)
+    notes.append(f"PyTorch side: BLAS kernel {'OpenBLAS ' + core if core else 'not OpenBLAS'}, ATen {cap}, "
+                 f"oneDNN ISA: {isa}")
+    return env, notes
+
+
+def fmt(s):
+    return f"{s * 1e6:.2f}us" if s < 1e-3 else f"{s * 1e3:.2f}ms"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--backplane", default="build/bin/backplane")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--filter", default="")
     ap.add_argument("--min-time", type=float, default=0.5)
+    ap.add_argument("--torch-default", action="store_true", help="no fair-anchor environment for the PyTorch side")
     args = ap.parse_args()
+    torch_env, notes = fair_torch_env(args.torch_default)
+    for n in notes:
+        print(n)
     results = {}
-    for threads in [int(t) for t in args.threads.split(",")]:
+    stream = {}
+    fractions = {}
+    thread_list = [int(t) for t in args.threads.split(",")]
+    for threads in thread_list:
         cmd = [args.backplane, "bench", "--device", "cpu", "--json", "--threads", str(threads), "--min-time", str(args.min_time)]
         if args.filter:
             cmd += ["--filter", args.filter]
-        ours = {r["case"]: r for r in json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)}
-        # A fresh interpreter per thread count: OpenBLAS reads its variable at load.
-        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+        records = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+        ours = {}
+        for r in records:
+            if r["case"] == "stream":
+                stream[threads] = r
+                if threads == thread_list[0]:
+                    print(f"Backplane side: {r.get('description', '?')} (own GEMM kernels where oneDNN is not named)")
+            elif r["case"] != "startup":
+                ours[r["case"]] = r
+                if "stream_fraction" in r:
+                    fractions.setdefault(r["case"], {})[threads] = r["stream_fraction"]
+        # A fresh interpreter per thread count: OpenBLAS reads its variables at load.
+        env = dict(torch_env, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
         code = ("import json, sys, torch; sys.path.insert(0, %r); import compare_torch as c; torch.set_num_threads(%d);"
                 "cases = c.torch_cases(torch); print(json.dumps({k: c.time_fn(f, %f) for k, f in cases.items() if %r in k}))"
                 % (os.path.dirname(os.path.abspath(__file__)), threads, args.min_time, args.filter))
@@ -90,20 +223,47 @@ def main():
                                            check=True).stdout)
         for case, r in ours.items():
             results.setdefault(case, {})[threads] = (r.get("seconds"), theirs.get(case), r.get("error"))
-    thread_list = [int(t) for t in args.threads.split(",")]
-    header = f"{'case':26s}" + "".join(f"{'ours ' + str(t) + 'T':>12s}{'torch ' + str(t) + 'T':>12s}{'ratio':>8s}" for t in thread_list)
+    header = f"{'case':32s}" + "".join(f"{'ours ' + str(t) + 'T':>12s}{'torch ' + str(t) + 'T':>12s}{'ratio':>8s}" for t in thread_list)
     print(header)
     for case, per in results.items():
-        line = f"{case:26s}"
+        line = f"{case:32s}"
         for t in thread_list:
             ours, theirs, err = per.get(t, (None, None, None))
-            if err or ours is None or theirs is None:
+            if err or ours is None:
                 line += f"{'n/a':>12s}{'':>12s}{'':>8s}"
                 continue
-            fmt = lambda s: f"{s * 1e6:.2f}us" if s < 1e-3 else f"{s * 1e3:.2f}ms"
+            if theirs is None:
+                line += f"{fmt(ours):>12s}{'n/a':>12s}{'':>8s}"
+                continue
             line += f"{fmt(ours):>12s}{fmt(theirs):>12s}{theirs / ours:>8.2f}"
         print(line)
     print("ratio = PyTorch time / Backplane time (speed of ours over theirs; > 1 is faster)")
+
+    def ours_at(case, t):
+        v = results.get(case, {}).get(t)
+        return v[0] if v and not v[2] else None
+
+    last = thread_list[-1]
+    print()
+    for base in ("matmul_1024", "matmul_2048", "conv2d_n8c64_56_k64_3x3"):
+        for sfx in ("_bf16", "_f16"):
+            f32, low = ours_at(base, last), ours_at(base + sfx, last)
+            if f32 and low:
+                print(f"ours {base + sfx} vs ours f32 at {last}T: {f32 / low:.2f}x as fast")
+    if len(thread_list) >= 2:
+        one, many = thread_list[0], thread_list[-1]
+        print()
+        print(f"ours {many}T over ours {one}T (time {one}T / time {many}T; >= 1: no slowdown from threads)")
+        for case in results:
+            a, b = ours_at(case, one), ours_at(case, many)
+            if a and b:
+                print(f"  {case:32s}{a / b:8.2f}{'   SLOWER' if a / b < 0.97 else ''}")
+    if stream:
+        print()
+        print("memory-bound cases, fraction of the stream roof (plain C++ c = a + b, 16M f32, same run):")
+        print("  " + "  ".join(f"stream {t}T: {stream[t]['gbps']:.1f} GB/s" for t in thread_list if t in stream))
+        for case, per in fractions.items():
+            print(f"  {case:32s}" + "".join(f"{str(t) + 'T ' + format(per[t] * 100, '.0f') + '%':>10s}" for t in thread_list if t in per))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@
 #include <functional>
 #include <iostream>
 #include <random>
+#include <thread>
+#include <vector>
 #include <ctime>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,13 +38,49 @@ struct Case {
   double flops = 0;  // for GFLOP/s
 };
 
-HostTensor filled(Shape shape, uint32_t seed) {
-  HostTensor t(BP_DTYPE_F32, std::move(shape));
+HostTensor filled(Shape shape, uint32_t seed, bp_dtype dtype = BP_DTYPE_F32) {
+  HostTensor t(dtype, std::move(shape));
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  float* p = t.as<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  if (dtype == BP_DTYPE_F32) {
+    float* p = t.as<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  } else {
+    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, dist(rng));
+  }
   return t;
+}
+
+const char* dtype_suffix(bp_dtype d) {
+  switch (d) {
+    case BP_DTYPE_BF16: return "_bf16";
+    case BP_DTYPE_F16: return "_f16";
+    default: return "";
+  }
+}
+
+// The `stream` roof: c[i] = a[i] + b[i] over 16M floats (add_16M's bytes)
+// in a plain C++ loop split over `threads` std::threads, as STREAM's "add".
+// Every memory-bound case reports its fraction of this figure, measured in
+// the same run on the same machine.
+double stream_add_seconds(unsigned threads, double min_time) {
+  const size_t n = size_t{16} << 20;
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n, 0.0f);
+  auto part = [&](unsigned t) {
+    const size_t lo = n * t / threads, hi = n * (t + 1) / threads;
+    const float* __restrict pa = a.data();
+    const float* __restrict pb = b.data();
+    float* __restrict pc = c.data();
+    for (size_t i = lo; i < hi; ++i) pc[i] = pa[i] + pb[i];
+  };
+  return bench::median_seconds(
+      [&] {
+        std::vector<std::thread> pool;
+        for (unsigned t = 1; t < threads; ++t) pool.emplace_back(part, t);
+        part(0);
+        for (auto& th : pool) th.join();
+      },
+      min_time);
 }
 
 Case unary_case(const std::string& name, const std::string& op, Shape shape, Json params, double out_elems) {
@@ -115,26 +153,32 @@ std::vector<Case> all_cases(const std::string& filter) {
     c.graph.output("m");
     cases.push_back(std::move(c));
   }
-  for (int64_t n : {1024, 2048}) {
-    if (!want("matmul_" + std::to_string(n))) continue;
-    Case c{"matmul_" + std::to_string(n), {}, {}, 0, 2.0 * n * n * n};
-    c.graph.input("a", BP_DTYPE_F32, {n, n});
-    c.graph.input("b", BP_DTYPE_F32, {n, n});
-    c.graph.node("y", "matmul", {"a", "b"});
-    c.graph.output("y");
-    c.inputs["a"] = filled({n, n}, 1);
-    c.inputs["b"] = filled({n, n}, 2);
-    cases.push_back(std::move(c));
-  }
-  if (want("conv2d_n8c64_56_k64_3x3")) {
-    Case c{"conv2d_n8c64_56_k64_3x3", {}, {}, 0, 2.0 * 8 * 64 * 56 * 56 * 64 * 9};
-    c.graph.input("x", BP_DTYPE_F32, {8, 64, 56, 56});
-    c.graph.input("w", BP_DTYPE_F32, {64, 64, 3, 3});
-    c.graph.node("y", "conv2d", {"x", "w"}, {{"padding", 1}});
-    c.graph.output("y");
-    c.inputs["x"] = filled({8, 64, 56, 56}, 1);
-    c.inputs["w"] = filled({64, 64, 3, 3}, 2);
-    cases.push_back(std::move(c));
+  // matmul and conv2d in f32, then the same shapes in bf16 and f16.
+  for (bp_dtype dt : {BP_DTYPE_F32, BP_DTYPE_BF16, BP_DTYPE_F16}) {
+    const std::string sfx = dtype_suffix(dt);
+    for (int64_t n : {1024, 2048}) {
+      const std::string name = "matmul_" + std::to_string(n) + sfx;
+      if (!want(name)) continue;
+      Case c{name, {}, {}, 0, 2.0 * n * n * n};
+      c.graph.input("a", dt, {n, n});
+      c.graph.input("b", dt, {n, n});
+      c.graph.node("y", "matmul", {"a", "b"});
+      c.graph.output("y");
+      c.inputs["a"] = filled({n, n}, 1, dt);
+      c.inputs["b"] = filled({n, n}, 2, dt);
+      cases.push_back(std::move(c));
+    }
+    const std::string conv = "conv2d_n8c64_56_k64_3x3" + sfx;
+    if (want(conv)) {
+      Case c{conv, {}, {}, 0, 2.0 * 8 * 64 * 56 * 56 * 64 * 9};
+      c.graph.input("x", dt, {8, 64, 56, 56});
+      c.graph.input("w", dt, {64, 64, 3, 3});
+      c.graph.node("y", "conv2d", {"x", "w"}, {{"padding", 1}});
+      c.graph.output("y");
+      c.inputs["x"] = filled({8, 64, 56, 56}, 1, dt);
+      c.inputs["w"] = filled({64, 64, 3, 3}, 2, dt);
+      cases.push_back(std::move(c));
+    }
   }
   if (want("add_1elem_per_call")) cases.push_back(binary_case("add_1elem_per_call", {1}, {1}, false));
   if (want("chain100_add_4K")) {
@@ -296,7 +340,26 @@ int cmd_bench(const Args& in) {
     else std::printf("%-26s %12s %12s\n", "startup", human_time(startup_cpu).c_str(), "CPU, create + list");
   }
   const RawVulkan raw(dev, min_time, json);
-  for (auto& c : all_cases(filter)) {
+  std::vector<Case> cases = all_cases(filter);
+  // The stream roof, when asked for or when a memory-bound case runs on a
+  // CPU-kind device (its fraction of the roof is reported).
+  double stream_gbps = 0;
+  const bool memory_bound_case =
+      std::any_of(cases.begin(), cases.end(), [](const Case& c) { return c.bytes >= 32.0 * (1 << 20) && c.flops == 0; });
+  if (filter.empty() || std::string("stream").find(filter) != std::string::npos ||
+      (memory_bound_case && dev.kind() == "cpu")) {
+    const double bytes = 3.0 * 4 * (16 << 20);
+    const double t = stream_add_seconds(rt->num_threads(), min_time);
+    stream_gbps = bytes / t / 1e9;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f GB/s", stream_gbps);
+    if (json)
+      results.push_back({{"case", "stream"}, {"threads", rt->num_threads()}, {"seconds", t}, {"gbps", stream_gbps}, {"description", dev.description()}});
+    else
+      std::printf("%-26s %12s %12s   plain C++ c=a+b, 16M f32, %u threads: the roof below\n", "stream", human_time(t).c_str(), buf,
+                  rt->num_threads());
+  }
+  for (auto& c : cases) {
     // The raw baseline first, right before the plugin's timing of the same work.
     std::map<std::string, Json> raw_results;
     std::string raw_error;
@@ -322,7 +385,17 @@ int cmd_bench(const Args& in) {
                      {"seconds", t},
                      {"gbps", c.bytes > 0 ? c.bytes / t / 1e9 : 0.0},
                      {"gflops", c.flops > 0 ? c.flops / t / 1e9 : 0.0}};
-      if (!json) std::printf("%-26s %12s %12s\n", c.name.c_str(), human_time(t).c_str(), rate.c_str());
+      // Streaming cases (tens of MiB and no arithmetic to speak of); not the
+      // cache-resident chains and single elements.
+      const bool memory_bound = c.bytes >= 32.0 * (1 << 20) && c.flops == 0;
+      if (memory_bound && stream_gbps > 0) record["stream_fraction"] = c.bytes / t / 1e9 / stream_gbps;
+      if (!json) {
+        if (memory_bound && stream_gbps > 0)
+          std::printf("%-26s %12s %12s   %3.0f%% of stream\n", c.name.c_str(), human_time(t).c_str(), rate.c_str(),
+                      100.0 * c.bytes / t / 1e9 / stream_gbps);
+        else
+          std::printf("%-26s %12s %12s\n", c.name.c_str(), human_time(t).c_str(), rate.c_str());
+      }
       if (!raw_error.empty()) record["raw_error"] = raw_error;
       if (c.name == "add_16M" && raw_results.count("add_16M")) {
         const Json& r = raw_results["add_16M"];

@@ -10,6 +10,7 @@
 // inside functions compiled for avx512f, avx2+fma and baseline x86-64; the
 // ISA chosen at initialize picks one.
 #include "kernels.hpp"
+#include "onednn.hpp"
 #include "winograd.hpp"
 
 #include <algorithm>
@@ -344,6 +345,8 @@ template <bp_dtype D> struct MatmulK {
     const T* a = c.in_data<T>(0);
     const T* b = c.in_data<T>(1);
     const int64_t rsa = la.strides[r - 2], csa = la.strides[r - 1], rsb = lb.strides[r - 2], csb = lb.strides[r - 1];
+    // bf16 (and f32 where it wins) through oneDNN when it takes the layout.
+    if (onednn::matmul(c, D, offs, M, N, K, rsa, csa, rsb, csb)) return;
     const double flops = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
     // Many small products: one per thread; else each product uses every thread.
     const int64_t grain = flops < 2e6 ? std::max<int64_t>(1, static_cast<int64_t>(2e6 / std::max(flops, 1.0))) : batches;
@@ -388,6 +391,7 @@ template <bp_dtype D> struct Conv2dK {
     const bool has_bias = c.has_input(2);
     if (has_bias) expect_numel(c, c.in_layout(2), O, "bias");
     if (sdk::numel(lo) == 0) return;
+    if (onednn::conv2d(c, D, {N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW})) return;
     const int64_t Og = O / G, Kd = Cg * kH * kW, L = OH * OW;
     const T* x = c.in_data<T>(0);
     T* y = c.out_data<T>();

@@ -1,6 +1,7 @@
 // Entry point, device and memory of the CPU plugin. Kernels live in the
 // family files and are registered through kernels.hpp.
 #include "kernels.hpp"
+#include "onednn.hpp"
 
 #include <backplane/sdk/api.hpp>
 
@@ -24,7 +25,7 @@ const bp_host_api* g_host = nullptr;
 bp_device g_device{0};
 // Plain storage, not std::string: a host that keeps its Runtime in a static
 // shuts plugins down after this library's own static destructors have run.
-char g_description[96] = "host CPU";
+char g_description[128] = "host CPU";
 
 constexpr std::string_view kName = "cpu";
 constexpr std::string_view kVersion = "0.1.0";
@@ -40,7 +41,30 @@ struct BlockHeader {
 };
 static_assert(sizeof(BlockHeader) <= kAlign);
 
-Isa detect_isa() {
+// BACKPLANE_CPU_ISA picks the path:
+//   baseline | avx2 | avx512   the plugin's own kernels only, at that level
+//                              (oneDNN off), so each stays tested;
+//   avx512_bf16                the plugin's best kernels, and oneDNN capped
+//                              at AVX512-BF16 (no AMX);
+//   amx | native | unset       the plugin's best kernels, and oneDNN with
+//                              whatever the processor has (AMX included).
+// A forced level never exceeds what the processor has: the run falls back
+// to the best it has. BACKPLANE_CPU_ONEDNN=0 turns oneDNN off alone;
+// BACKPLANE_CPU_ONEDNN=always gives it every product it runs fast, however
+// small (so the conformance suite's small shapes reach it).
+struct IsaChoice {
+  Isa isa;
+  onednn::Cap cap;
+  bool always = false;  // BACKPLANE_CPU_ONEDNN=always: oneDNN for small products too (tests)
+};
+
+IsaChoice detect_isa() {
+  onednn::Cap cap = onednn::Cap::native;
+  bool always = false;
+  if (const char* env = std::getenv("BACKPLANE_CPU_ONEDNN")) {
+    if (std::string_view(env) == "0") cap = onednn::Cap::off;
+    always = std::string_view(env) == "always";
+  }
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   Isa best = Isa::baseline;
@@ -48,14 +72,14 @@ Isa detect_isa() {
   if (best == Isa::avx2 && __builtin_cpu_supports("avx512f")) best = Isa::avx512;
   if (const char* env = std::getenv("BACKPLANE_CPU_ISA")) {
     const std::string_view want(env);
-    // A forced ISA never exceeds what the processor has.
-    if (want == "baseline") return Isa::baseline;
-    if (want == "avx2") return best >= Isa::avx2 ? Isa::avx2 : best;
-    if (want == "avx512") return best;
+    if (want == "baseline") return {Isa::baseline, onednn::Cap::off};
+    if (want == "avx2") return {best >= Isa::avx2 ? Isa::avx2 : best, onednn::Cap::off};
+    if (want == "avx512") return {best, onednn::Cap::off};
+    if (want == "avx512_bf16" && cap != onednn::Cap::off) cap = onednn::Cap::avx512_bf16;
   }
-  return best;
+  return {best, cap, always};
 #else
-  return Isa::baseline;
+  return {Isa::baseline, cap, always};
 #endif
 }
 
@@ -83,15 +107,19 @@ const sdk::KernelTable& table() {
 bp_error* initialize(const bp_host_api* host) {
   return sdk::guard([&] {
     g_host = host;
-    g_isa = detect_isa();
+    const IsaChoice choice = detect_isa();
+    g_isa = choice.isa;
+    char engines[64];
+    onednn::configure(choice.cap, choice.always, engines, sizeof engines);
     const uint32_t threads = host && host->num_threads ? host->num_threads(host->host_ctx) : 1;
     const std::string_view isa_text = isa_name(g_isa);
-    std::snprintf(g_description, sizeof g_description, "host CPU (%.*s, %u threads)", static_cast<int>(isa_text.size()),
-                  isa_text.data(), threads);
+    std::snprintf(g_description, sizeof g_description, "host CPU (%.*s%s%s, %u threads)", static_cast<int>(isa_text.size()),
+                  isa_text.data(), engines[0] ? ", " : "", engines, threads);
   });
 }
 
 void shutdown() {
+  onednn::release();
   g_host = nullptr;
   std::snprintf(g_description, sizeof g_description, "host CPU");
 }

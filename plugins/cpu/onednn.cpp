@@ -1,0 +1,407 @@
+// matmul and conv2d through oneDNN; see onednn.hpp for when and how.
+#include "onednn.hpp"
+
+#include <cstdio>
+
+#if BACKPLANE_CPU_HAVE_ONEDNN
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#if __has_include(<omp.h>)
+#include <omp.h>
+#else
+extern "C" int omp_get_max_threads(void);
+extern "C" void omp_set_num_threads(int);
+#endif
+#endif
+
+namespace backplane::cpu::onednn {
+
+#if !BACKPLANE_CPU_HAVE_ONEDNN
+
+void configure(Cap, bool, char* desc, size_t desc_size) noexcept {
+  if (desc_size) desc[0] = '\0';
+}
+void release() noexcept {}
+bool enabled() noexcept { return false; }
+bool matmul(const Call&, bp_dtype, const std::vector<std::array<int64_t, 3>>&, int64_t, int64_t, int64_t, int64_t, int64_t,
+            int64_t, int64_t) {
+  return false;
+}
+bool conv2d(const Call&, bp_dtype, const ConvGeom&) { return false; }
+
+#else
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+Cap g_cap = Cap::off;
+// Created by configure, deleted by release (no static object with a
+// destructor: see docs/plugin-guide.md).
+dnnl::engine* g_engine = nullptr;
+// What the effective oneDNN ISA has (bits of dnnl_cpu_isa_t).
+bool g_avx512 = false, g_bf16 = false;
+double g_min_macs = 0;
+
+bool has(dnnl::cpu_isa isa, dnnl_cpu_isa_t want) {
+  return (static_cast<unsigned>(isa) & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
+}
+
+const char* isa_text(dnnl::cpu_isa isa) {
+  const unsigned v = static_cast<unsigned>(isa);
+  if (has(isa, dnnl_cpu_isa_avx512_core_amx)) return "avx512_core_amx";
+  if (has(isa, dnnl_cpu_isa_avx512_core_bf16)) return "avx512_core_bf16";
+  if (has(isa, dnnl_cpu_isa_avx512_core_vnni)) return "avx512_core_vnni";
+  if (has(isa, dnnl_cpu_isa_avx512_core)) return "avx512_core";
+  if (has(isa, dnnl_cpu_isa_avx2_vnni)) return "avx2_vnni";
+  if (has(isa, dnnl_cpu_isa_avx2)) return "avx2";
+  return v ? "sse41" : "none";
+}
+
+// The calling thread's OpenMP thread count is 1 while a oneDNN primitive is
+// made or run (so it runs inline, never starting an OpenMP team), and what
+// the thread had before afterwards (an application's own OpenMP setting
+// survives).
+class OneThread {
+ public:
+  OneThread() : saved_(omp_get_max_threads()) {
+    if (saved_ != 1) omp_set_num_threads(1);
+  }
+  ~OneThread() {
+    if (saved_ != 1) omp_set_num_threads(saved_);
+  }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Scratch memory, 64-byte aligned.
+struct Scratch {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> p;
+  explicit Scratch(size_t bytes) {
+    if (bytes == 0) return;
+    void* raw = nullptr;
+    if (posix_memalign(&raw, 64, (bytes + 63) / 64 * 64) != 0 || raw == nullptr) throw std::bad_alloc();
+    p.reset(raw);
+  }
+  void* get() const { return p.get(); }
+};
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+// Runs a primitive with its own scratchpad (user mode: nothing shared
+// between threads that run primitives at the same time).
+void run(const dnnl::primitive& p, const dnnl::memory::desc& scratch_md, std::unordered_map<int, dnnl::memory> args) {
+  const size_t bytes = scratch_md.get_size();
+  Scratch sp(bytes);
+  if (bytes) args.insert({DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_md, *g_engine, sp.get())});
+  dnnl::stream s(*g_engine);
+  p.execute(s, args);
+  s.wait();
+}
+
+// A reference (unoptimised) implementation is never worth taking over the
+// plugin's own kernels.
+bool fast_impl(const char* info) { return info != nullptr && std::string_view(info).find("ref") == std::string_view::npos; }
+
+std::optional<dt> dnnl_type(bp_dtype d) {
+  switch (d) {
+    case BP_DTYPE_F32: return g_avx512 ? std::optional<dt>(dt::f32) : std::nullopt;
+    case BP_DTYPE_BF16: return g_bf16 ? std::optional<dt>(dt::bf16) : std::nullopt;
+    default: return std::nullopt;  // f16: oneDNN 2.x has no fast CPU path; f64: none at all
+  }
+}
+
+size_t dsize(bp_dtype d) { return d == BP_DTYPE_F32 ? 4 : 2; }
+
+// Size-1 dims have no meaningful stride; give them one oneDNN accepts.
+void fix_unit_strides(int64_t rows, int64_t cols, int64_t& rs, int64_t& cs) {
+  if (rows == 1) rs = cs == 1 ? cols : 1;
+  if (cols == 1) cs = rs == 1 ? rows : 1;
+}
+bool plain_2d(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  return (cs == 1 && rs >= cols) || (rs == 1 && cs >= rows);
+}
+
+// Splits [0, n) into `parts` near-equal ranges; piece i is [lo(i), lo(i+1)).
+struct Split {
+  int64_t n, parts;
+  int64_t lo(int64_t i) const { return i * n / parts; }
+};
+
+// Work below this many multiply-adds stays on the plugin's own kernels (the
+// per-call set-up of a oneDNN primitive, even cached, costs microseconds).
+constexpr double kMinMacs = 1 << 18;
+// A piece handed to another thread does at least this many multiply-adds
+// (a pool wake costs a few microseconds; oneDNN does ~100 GMAC/s per core).
+constexpr double kMinMacsPerThread = 2e6;
+
+}  // namespace
+
+namespace {
+// Every Runtime that loads the plugin initializes it and shuts it down; the
+// engine lives from the first initialize to the last shutdown, so one
+// runtime's shutdown never pulls it from under another's kernels.
+std::mutex g_users_mutex;  // trivially destructible in libstdc++
+int g_users = 0;
+char g_desc[64] = "";
+
+void teardown() noexcept {
+  delete g_engine;
+  g_engine = nullptr;
+  g_cap = Cap::off;
+  g_avx512 = g_bf16 = false;
+  g_desc[0] = '\0';
+}
+}  // namespace
+
+void configure(Cap cap, bool always, char* desc, size_t desc_size) noexcept {
+  if (desc_size) desc[0] = '\0';
+  std::lock_guard<std::mutex> lock(g_users_mutex);
+  if (g_users++ == 0 && cap != Cap::off) {
+    try {
+      // The first call in the process sets oneDNN's highest ISA; later ones
+      // (the plugin reloaded) are refused by oneDNN and keep the first.
+      try {
+        dnnl::set_max_cpu_isa(cap == Cap::avx512_bf16 ? dnnl::cpu_isa::avx512_core_bf16 : dnnl::cpu_isa::all);
+      } catch (const dnnl::error&) {
+      }
+      const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+      g_avx512 = has(isa, dnnl_cpu_isa_avx512_core);
+      g_bf16 = has(isa, dnnl_cpu_isa_avx512_core_bf16);
+      g_engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+      g_cap = cap;
+      g_min_macs = always ? 0 : kMinMacs;
+      const dnnl_version_t* v = dnnl_version();
+      std::snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d %s", v->major, v->minor, v->patch, isa_text(isa));
+    } catch (...) {
+      teardown();
+    }
+  }
+  if (desc_size) std::snprintf(desc, desc_size, "%s", g_desc);
+}
+
+void release() noexcept {
+  std::lock_guard<std::mutex> lock(g_users_mutex);
+  if (g_users > 0 && --g_users == 0) teardown();
+}
+
+bool enabled() noexcept { return g_cap != Cap::off && g_engine != nullptr; }
+
+bool matmul(const Call& c, bp_dtype d, const std::vector<std::array<int64_t, 3>>& offs, int64_t M, int64_t N, int64_t K,
+            int64_t rsa, int64_t csa, int64_t rsb, int64_t csb) {
+  if (!enabled() || M <= 0 || N <= 0 || K <= 0 || offs.empty()) return false;
+  const std::optional<dt> t = dnnl_type(d);
+  if (!t) return false;
+  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  if (macs < g_min_macs) return false;
+  fix_unit_strides(M, K, rsa, csa);
+  fix_unit_strides(K, N, rsb, csb);
+  if (!plain_2d(M, K, rsa, csa) || !plain_2d(K, N, rsb, csb)) return false;
+
+  // Pieces: each batch whole when there are batches enough for the
+  // threads, else each product split along its longer output side.
+  const int64_t batches = static_cast<int64_t>(offs.size());
+  const int64_t threads = num_threads(c);
+  const bool split_m = M >= N;
+  const int64_t side = split_m ? M : N;
+  int64_t parts = batches >= threads ? 1 : (threads + batches - 1) / batches;
+  while (parts > 1 && (side / parts < 16 || macs / static_cast<double>(parts) < kMinMacsPerThread)) --parts;
+  const Split split{side, parts};
+
+  // The one or two piece sizes' primitives, made on this thread (oneDNN
+  // caches them, so a plan run again finds them).
+  OneThread one;
+  struct Prim {
+    int64_t size = -1;
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+  };
+  Prim prims[2];
+  try {
+    for (int64_t i = 0; i < parts; ++i) {
+      const int64_t sz = split.lo(i + 1) - split.lo(i);
+      if (prims[0].size == sz || prims[1].size == sz) continue;
+      Prim& p = prims[0].size < 0 ? prims[0] : prims[1];
+      const int64_t m = split_m ? sz : M, n = split_m ? N : sz;
+      const dnnl::memory::desc a({m, K}, *t, dims{rsa, csa}), b({K, n}, *t, dims{rsb, csb}), y({m, n}, *t, dims{N, 1});
+      p.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, y), user_scratchpad(), *g_engine);
+      if (!fast_impl(p.pd.impl_info_str())) return false;
+      p.prim = dnnl::matmul(p.pd);
+      p.size = sz;
+    }
+  } catch (const dnnl::error&) {
+    return false;  // a shape or layout this oneDNN does not take: the plugin's own GEMM runs
+  }
+
+  char* a = static_cast<char*>(const_cast<void*>(c.in[0].data));
+  char* b = static_cast<char*>(const_cast<void*>(c.in[1].data));
+  char* y = static_cast<char*>(c.out[0].data);
+  const size_t es = dsize(d);
+  const double per_item = macs / static_cast<double>(parts);
+  const int64_t grain = parts > 1 ? 1 : std::max<int64_t>(1, static_cast<int64_t>(kMinMacsPerThread / per_item));
+  pfor(c, batches * parts, grain, [&](int64_t i0, int64_t i1) {
+    OneThread inner;
+    for (int64_t i = i0; i < i1; ++i) {
+      const auto& o = offs[static_cast<size_t>(i / parts)];
+      const int64_t lo = split.lo(i % parts), sz = split.lo(i % parts + 1) - lo;
+      const Prim& p = prims[0].size == sz ? prims[0] : prims[1];
+      const int64_t ao = o[0] + (split_m ? lo * rsa : 0), bo = o[1] + (split_m ? 0 : lo * csb),
+                    yo = o[2] + (split_m ? lo * N : lo);
+      run(p.prim, p.pd.scratchpad_desc(),
+          {{DNNL_ARG_SRC, dnnl::memory(p.pd.src_desc(), *g_engine, a + ao * static_cast<int64_t>(es))},
+           {DNNL_ARG_WEIGHTS, dnnl::memory(p.pd.weights_desc(), *g_engine, b + bo * static_cast<int64_t>(es))},
+           {DNNL_ARG_DST, dnnl::memory(p.pd.dst_desc(), *g_engine, y + yo * static_cast<int64_t>(es))}});
+    }
+  });
+  return true;
+}
+
+bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
+  if (!enabled()) return false;
+  const std::optional<dt> t = dnnl_type(d);
+  if (!t) return false;
+  if (g.N <= 0 || g.C <= 0 || g.H <= 0 || g.W <= 0 || g.O <= 0 || g.Cg <= 0 || g.OH <= 0 || g.OW <= 0) return false;
+  const double macs = static_cast<double>(g.N) * static_cast<double>(g.O) * static_cast<double>(g.OH * g.OW) *
+                      static_cast<double>(g.Cg * g.kH * g.kW);
+  if (macs < g_min_macs) return false;
+  const bp_layout& lx = c.in_layout(0);
+  const bp_layout& lw = c.in_layout(1);
+  // Positive strides only (a size-1 dim's stride is free; give it 1).
+  int64_t xs[4], ws[4];
+  for (int i = 0; i < 4; ++i) {
+    xs[i] = lx.shape[i] == 1 ? 1 : lx.strides[i];
+    ws[i] = lw.shape[i] == 1 ? 1 : lw.strides[i];
+    if (xs[i] <= 0 || ws[i] <= 0) return false;
+  }
+  const int64_t Og = g.O / g.G;
+  const bool grouped = g.G > 1;
+  const dims wdims = grouped ? dims{g.G, Og, g.Cg, g.kH, g.kW} : dims{g.O, g.Cg, g.kH, g.kW};
+  const dims wstrides = grouped ? dims{Og * ws[0], ws[0], ws[1], ws[2], ws[3]} : dims{ws[0], ws[1], ws[2], ws[3]};
+  const dnnl::memory::desc w_user(wdims, *t, wstrides);
+  const bool has_bias = c.has_input(2);
+  const dnnl::memory::desc bias_md({g.O}, dt::f32, dnnl::memory::format_tag::x);
+
+  // Pieces: images over the threads.
+  const int64_t threads = num_threads(c);
+  int64_t parts = std::min(threads, g.N);
+  while (parts > 1 && macs / static_cast<double>(parts) < kMinMacsPerThread) --parts;
+  const Split split{g.N, parts};
+
+  OneThread one;
+  struct Prim {
+    int64_t n = -1;
+    dnnl::convolution_forward::primitive_desc pd;
+    dnnl::convolution_forward prim;
+  };
+  Prim prims[2];
+  const dnnl::memory::desc any_w(wdims, *t, dnnl::memory::format_tag::any);
+  try {
+    for (int64_t i = 0; i < parts; ++i) {
+      const int64_t n = split.lo(i + 1) - split.lo(i);
+      if (prims[0].n == n || prims[1].n == n) continue;
+      Prim& p = prims[0].n < 0 ? prims[0] : prims[1];
+      const dnnl::memory::desc src({n, g.C, g.H, g.W}, *t, dnnl::memory::format_tag::any);
+      const dnnl::memory::desc dst({n, g.O, g.OH, g.OW}, *t, dnnl::memory::format_tag::any);
+      const dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
+      const auto desc = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                   dnnl::algorithm::convolution_direct, src, any_w,
+                                                                   bias_md, dst, strides, dil, pl, pr)
+                                 : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                   dnnl::algorithm::convolution_direct, src, any_w, dst,
+                                                                   strides, dil, pl, pr);
+      p.pd = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), *g_engine);
+      if (!fast_impl(p.pd.impl_info_str())) return false;
+      p.prim = dnnl::convolution_forward(p.pd);
+      p.n = n;
+    }
+    if (prims[1].n >= 0 && prims[1].pd.weights_desc() != prims[0].pd.weights_desc()) return false;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+
+  // Weights (and bias) in the primitive's own format, once, shared by the pieces.
+  const dnnl::memory::desc w_prim = prims[0].pd.weights_desc();
+  Scratch wbuf(w_prim.get_size());
+  {
+    char* w = static_cast<char*>(const_cast<void*>(c.in[1].data)) + lw.offset * static_cast<int64_t>(dsize(d));
+    const dnnl::memory wu(w_user, *g_engine, w);
+    const dnnl::memory wp(w_prim, *g_engine, wbuf.get());
+    const dnnl::reorder::primitive_desc rpd(*g_engine, w_user, *g_engine, w_prim, user_scratchpad());
+    run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, wu}, {DNNL_ARG_TO, wp}});
+  }
+  std::vector<float> bias;
+  if (has_bias) {
+    const bp_layout& lb = c.in_layout(2);
+    bias.resize(static_cast<size_t>(g.O));
+    if (d == BP_DTYPE_F32) {
+      const float* src = c.in_data<float>(2);
+      for (int64_t o = 0; o < g.O; ++o) bias[static_cast<size_t>(o)] = src[lb.offset + o * lb.strides[0]];
+    } else {
+      const bf16* src = c.in_data<bf16>(2);
+      for (int64_t o = 0; o < g.O; ++o) bias[static_cast<size_t>(o)] = ld(src[lb.offset + o * lb.strides[0]]);
+    }
+  }
+
+  const size_t es = dsize(d);
+  char* x = static_cast<char*>(const_cast<void*>(c.in[0].data)) + lx.offset * static_cast<int64_t>(es);
+  char* y = static_cast<char*>(c.out[0].data);
+  const int64_t ystride = g.O * g.OH * g.OW;
+  pfor(c, parts, 1, [&](int64_t i0, int64_t i1) {
+    OneThread inner;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t n0 = split.lo(i), n = split.lo(i + 1) - n0;
+      const Prim& p = prims[0].n == n ? prims[0] : prims[1];
+      const dnnl::memory::desc x_user({n, g.C, g.H, g.W}, *t, dims{xs[0], xs[1], xs[2], xs[3]});
+      const dnnl::memory::desc y_user({n, g.O, g.OH, g.OW}, *t, dnnl::memory::format_tag::nchw);
+      const dnnl::memory xu(x_user, *g_engine, x + n0 * xs[0] * static_cast<int64_t>(es));
+      const dnnl::memory yu(y_user, *g_engine, y + n0 * ystride * static_cast<int64_t>(es));
+      // Input into the primitive's format unless it already is.
+      std::optional<Scratch> xbuf;
+      dnnl::memory xp = xu;
+      if (p.pd.src_desc() != x_user) {
+        xbuf.emplace(p.pd.src_desc().get_size());
+        xp = dnnl::memory(p.pd.src_desc(), *g_engine, xbuf->get());
+        const dnnl::reorder::primitive_desc rpd(*g_engine, x_user, *g_engine, p.pd.src_desc(), user_scratchpad());
+        run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, xu}, {DNNL_ARG_TO, xp}});
+      }
+      std::optional<Scratch> ybuf;
+      dnnl::memory yp = yu;
+      if (p.pd.dst_desc() != y_user) {
+        ybuf.emplace(p.pd.dst_desc().get_size());
+        yp = dnnl::memory(p.pd.dst_desc(), *g_engine, ybuf->get());
+      }
+      std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, xp},
+                                                 {DNNL_ARG_WEIGHTS, dnnl::memory(w_prim, *g_engine, wbuf.get())},
+                                                 {DNNL_ARG_DST, yp}};
+      if (has_bias) args.insert({DNNL_ARG_BIAS, dnnl::memory(bias_md, *g_engine, bias.data())});
+      run(p.prim, p.pd.scratchpad_desc(), std::move(args));
+      if (ybuf) {
+        const dnnl::reorder::primitive_desc rpd(*g_engine, p.pd.dst_desc(), *g_engine, y_user, user_scratchpad());
+        run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, yp}, {DNNL_ARG_TO, yu}});
+      }
+    }
+  });
+  return true;
+}
+
+#endif
+
+}  // namespace backplane::cpu::onednn

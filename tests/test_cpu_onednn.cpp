@@ -1,0 +1,273 @@
+// The CPU plugin's matmul and conv2d at sizes where it hands them to oneDNN
+// (when built with it and the processor has the ISA: bf16 on AVX512-BF16/AMX,
+// f32 on AVX-512), and where it keeps them: strided, transposed, sliced and
+// batched operands, broadcast batches, grouped/strided/dilated convolutions,
+// bias, and an output bound to application memory. Every result is checked
+// against an f64 reference computed here, within docs/ops.md's tolerances
+// (f32: 1e-4 relative or 1e-6 absolute for matmul/conv2d; bf16: 2e-2), so
+// the tests hold on every path the plugin may take.
+#include <catch2/catch.hpp>
+
+#include <backplane/backplane.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+using backplane::Graph;
+using backplane::HostTensor;
+using backplane::Json;
+using backplane::Shape;
+
+namespace {
+
+backplane::Runtime& cpu_runtime() {
+  // One runtime for this file (leaked on purpose: closed by process exit
+  // only after the plugin's users are gone would need an event listener;
+  // a Runtime owns no process-wide state the other tests see).
+  static backplane::Runtime* rt = backplane::Runtime::create().release();
+  return *rt;
+}
+
+HostTensor random_tensor(bp_dtype d, Shape shape, uint32_t seed) {
+  HostTensor t(d, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, dist(rng));
+  return t;
+}
+
+double tol_rel(bp_dtype d) { return d == BP_DTYPE_BF16 ? 2e-2 : 1e-4; }
+double tol_abs(bp_dtype d) { return d == BP_DTYPE_BF16 ? 2e-2 : 1e-6; }
+
+// Element-wise check within docs/ops.md's bounds; `scale` is the size of the
+// terms summed (the bound for reductions is relative to them where the sum
+// cancels, so the absolute bound is scaled by the sum of |terms|).
+void check_close(const HostTensor& got, const std::vector<double>& want, const std::vector<double>& magnitude, bp_dtype d) {
+  REQUIRE(got.numel() == static_cast<int64_t>(want.size()));
+  int64_t bad = 0;
+  std::string first;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = got.get(i), w = want[static_cast<size_t>(i)], m = magnitude[static_cast<size_t>(i)];
+    const double err = std::abs(g - w);
+    if (err <= tol_abs(d) || err <= tol_rel(d) * std::max(std::abs(w), m * (d == BP_DTYPE_BF16 ? 0.5 : 1e-3))) continue;
+    if (bad++ == 0) first = "at " + std::to_string(i) + ": got " + std::to_string(g) + ", want " + std::to_string(w);
+  }
+  INFO(first);
+  CHECK(bad == 0);
+}
+
+// Reference matmul over dense row-major [batch, M, K] x [batch?, K, N] in f64
+// of the values the operands hold (bf16 values exactly).
+struct Ref {
+  std::vector<double> y, mag;
+};
+
+Ref ref_matmul(const std::vector<double>& a, const std::vector<double>& b, int64_t batch, int64_t M, int64_t K,
+               int64_t N, bool b_batched) {
+  Ref r{std::vector<double>(static_cast<size_t>(batch * M * N)), std::vector<double>(static_cast<size_t>(batch * M * N))};
+  for (int64_t t = 0; t < batch; ++t)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0, m = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double p = a[static_cast<size_t>((t * M + i) * K + k)] *
+                           b[static_cast<size_t>(((b_batched ? t : 0) * K + k) * N + j)];
+          s += p;
+          m += std::abs(p);
+        }
+        r.y[static_cast<size_t>((t * M + i) * N + j)] = s;
+        r.mag[static_cast<size_t>((t * M + i) * N + j)] = m;
+      }
+  return r;
+}
+
+std::vector<double> values(const HostTensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = t.get(i);
+  return v;
+}
+
+// Values of a [rows, cols] tensor read transposed: element (i, j) of x.T.
+std::vector<double> transposed(const HostTensor& t, int64_t rows, int64_t cols) {
+  std::vector<double> v(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) v[static_cast<size_t>(j * rows + i)] = t.get(i * cols + j);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("cpu matmul: dense, transposed, sliced and batched operands", "[cpu][onednn]") {
+  auto& rt = cpu_runtime();
+  auto& dev = rt.device("cpu");
+  for (bp_dtype d : {BP_DTYPE_F32, BP_DTYPE_BF16}) {
+    DYNAMIC_SECTION("dtype " << (d == BP_DTYPE_F32 ? "f32" : "bf16")) {
+      const int64_t M = 96, K = 160, N = 112;
+      SECTION("dense, and again with the output bound to application memory") {
+        const HostTensor a = random_tensor(d, {M, K}, 1), b = random_tensor(d, {K, N}, 2);
+        Graph g;
+        g.input("a", d, {M, K});
+        g.input("b", d, {K, N});
+        g.node("y", "matmul", {"a", "b"});
+        g.output("y");
+        auto plan = rt.compile(g, dev);
+        const Ref r = ref_matmul(values(a), values(b), 1, M, K, N, false);
+        check_close(plan.run({{"a", a}, {"b", b}}).at("y"), r.y, r.mag, d);
+        HostTensor out(d, {M, N});
+        plan.bind_output("y", out.data(), out.nbytes());
+        plan.set_input("a", a);
+        plan.set_input("b", b);
+        plan.execute();
+        check_close(out, r.y, r.mag, d);
+      }
+      SECTION("a and b transposed views") {
+        const HostTensor at = random_tensor(d, {K, M}, 3), bt = random_tensor(d, {N, K}, 4);
+        Graph g;
+        g.input("at", d, {K, M});
+        g.input("bt", d, {N, K});
+        g.node("a", "transpose", {"at"}, {{"dim0", 0}, {"dim1", 1}});
+        g.node("b", "transpose", {"bt"}, {{"dim0", 0}, {"dim1", 1}});
+        g.node("y", "matmul", {"a", "b"});
+        g.output("y");
+        auto plan = rt.compile(g, dev);
+        const Ref r = ref_matmul(transposed(at, K, M), transposed(bt, N, K), 1, M, K, N, false);
+        check_close(plan.run({{"at", at}, {"bt", bt}}).at("y"), r.y, r.mag, d);
+      }
+      SECTION("a sliced (rows apart by more than K), b with a negative step") {
+        const int64_t Kw = K + 40;
+        const HostTensor aw = random_tensor(d, {M, Kw}, 5), bw = random_tensor(d, {K, N}, 6);
+        Graph g;
+        g.input("aw", d, {M, Kw});
+        g.input("bw", d, {K, N});
+        g.node("a", "slice", {"aw"}, {{"dim", 1}, {"start", 7}, {"end", 7 + K}});
+        g.node("b", "slice", {"bw"}, {{"dim", 0}, {"step", -1}});
+        g.node("y", "matmul", {"a", "b"});
+        g.output("y");
+        auto plan = rt.compile(g, dev);
+        std::vector<double> av(static_cast<size_t>(M * K)), bv(static_cast<size_t>(K * N));
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t k = 0; k < K; ++k) av[static_cast<size_t>(i * K + k)] = aw.get(i * Kw + 7 + k);
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t j = 0; j < N; ++j) bv[static_cast<size_t>(k * N + j)] = bw.get((K - 1 - k) * N + j);
+        const Ref r = ref_matmul(av, bv, 1, M, K, N, false);
+        check_close(plan.run({{"aw", aw}, {"bw", bw}}).at("y"), r.y, r.mag, d);
+      }
+      SECTION("batched a against one b (broadcast), and batched b") {
+        const int64_t B = 3;
+        const HostTensor a = random_tensor(d, {B, M, K}, 7), b = random_tensor(d, {K, N}, 8),
+                         b3 = random_tensor(d, {B, K, N}, 9);
+        Graph g;
+        g.input("a", d, {B, M, K});
+        g.input("b", d, {K, N});
+        g.input("b3", d, {B, K, N});
+        g.node("y", "matmul", {"a", "b"});
+        g.node("z", "matmul", {"a", "b3"});
+        g.output("y");
+        g.output("z");
+        auto plan = rt.compile(g, dev);
+        const auto out = plan.run({{"a", a}, {"b", b}, {"b3", b3}});
+        const Ref ry = ref_matmul(values(a), values(b), B, M, K, N, false);
+        const Ref rz = ref_matmul(values(a), values(b3), B, M, K, N, true);
+        check_close(out.at("y"), ry.y, ry.mag, d);
+        check_close(out.at("z"), rz.y, rz.mag, d);
+      }
+    }
+  }
+}
+
+namespace {
+
+struct ConvCase {
+  Shape x, w;
+  bool bias;
+  int64_t stride, pad, dil, groups;
+};
+
+// f64 direct convolution of the values x and w hold (dense NCHW, OIHW).
+Ref ref_conv(const HostTensor& x, const HostTensor& w, const HostTensor* bias, const ConvCase& c, int64_t OH, int64_t OW) {
+  const int64_t N = c.x[0], C = c.x[1], H = c.x[2], W = c.x[3], O = c.w[0], Cg = c.w[1], kH = c.w[2], kW = c.w[3];
+  const int64_t Og = O / c.groups;
+  (void)C;
+  Ref r{std::vector<double>(static_cast<size_t>(N * O * OH * OW)), std::vector<double>(static_cast<size_t>(N * O * OH * OW))};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t g = o / Og;
+          double s = bias ? bias->get(o) : 0.0, m = std::abs(s);
+          for (int64_t ci = 0; ci < Cg; ++ci)
+            for (int64_t kh = 0; kh < kH; ++kh)
+              for (int64_t kw = 0; kw < kW; ++kw) {
+                const int64_t ih = oh * c.stride - c.pad + kh * c.dil, iw = ow * c.stride - c.pad + kw * c.dil;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const double p = x.get(((n * c.x[1] + g * Cg + ci) * H + ih) * W + iw) * w.get(((o * Cg + ci) * kH + kh) * kW + kw);
+                s += p;
+                m += std::abs(p);
+              }
+          const size_t i = static_cast<size_t>(((n * O + o) * OH + oh) * OW + ow);
+          r.y[i] = s;
+          r.mag[i] = m;
+        }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("cpu conv2d: padding, stride, dilation, groups, bias, a strided input", "[cpu][onednn]") {
+  auto& rt = cpu_runtime();
+  auto& dev = rt.device("cpu");
+  const std::vector<ConvCase> cases = {
+      {{2, 32, 20, 20}, {48, 32, 3, 3}, true, 1, 1, 1, 1},
+      {{3, 16, 17, 15}, {24, 16, 3, 3}, false, 2, 1, 1, 1},
+      {{1, 32, 19, 19}, {32, 8, 3, 3}, true, 1, 2, 2, 4},
+      {{4, 24, 14, 14}, {40, 24, 1, 1}, true, 1, 0, 1, 1},
+  };
+  for (bp_dtype d : {BP_DTYPE_F32, BP_DTYPE_BF16}) {
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const ConvCase& c = cases[ci];
+      for (bool strided_x : {false, true}) {
+        DYNAMIC_SECTION((d == BP_DTYPE_F32 ? "f32" : "bf16") << " case " << ci << (strided_x ? " strided x" : "")) {
+          const int64_t OH = (c.x[2] + 2 * c.pad - c.dil * (c.w[2] - 1) - 1) / c.stride + 1;
+          const int64_t OW = (c.x[3] + 2 * c.pad - c.dil * (c.w[3] - 1) - 1) / c.stride + 1;
+          const HostTensor x = random_tensor(d, c.x, 11 + static_cast<uint32_t>(ci));
+          const HostTensor w = random_tensor(d, c.w, 21 + static_cast<uint32_t>(ci));
+          const HostTensor bias = random_tensor(d, {c.w[0]}, 31 + static_cast<uint32_t>(ci));
+          Graph g;
+          Json params = {{"stride", c.stride}, {"padding", c.pad}, {"dilation", c.dil}, {"groups", c.groups}};
+          std::map<std::string, HostTensor> inputs;
+          if (strided_x) {
+            // x as NHWC memory seen through a permute: channels innermost.
+            const Shape nhwc{c.x[0], c.x[2], c.x[3], c.x[1]};
+            HostTensor xs(d, nhwc);
+            for (int64_t n = 0; n < c.x[0]; ++n)
+              for (int64_t ch = 0; ch < c.x[1]; ++ch)
+                for (int64_t h = 0; h < c.x[2]; ++h)
+                  for (int64_t ww = 0; ww < c.x[3]; ++ww)
+                    xs.set(((n * c.x[2] + h) * c.x[3] + ww) * c.x[1] + ch, x.get(((n * c.x[1] + ch) * c.x[2] + h) * c.x[3] + ww));
+            g.input("xs", d, nhwc);
+            g.node("x", "permute", {"xs"}, {{"dims", {0, 3, 1, 2}}});
+            inputs["xs"] = xs;
+          } else {
+            g.input("x", d, c.x);
+            inputs["x"] = x;
+          }
+          g.input("w", d, c.w);
+          inputs["w"] = w;
+          if (c.bias) {
+            g.input("bias", d, {c.w[0]});
+            inputs["bias"] = bias;
+            g.node("y", "conv2d", {"x", "w", "bias"}, params);
+          } else {
+            g.node("y", "conv2d", {"x", "w", ""}, params);
+          }
+          g.output("y");
+          auto plan = rt.compile(g, dev);
+          const Ref r = ref_conv(x, w, c.bias ? &bias : nullptr, c, OH, OW);
+          check_close(plan.run(inputs).at("y"), r.y, r.mag, d);
+        }
+      }
+    }
+  }
+}
