@@ -527,6 +527,7 @@ class Builder {
             if (err == nullptr && b.host_ptr == ptr) {
               cell.handle = b.handle;
               cell.host_ptr = b.host_ptr;
+              cell.imports = p_.cells[p_.vbufs[vb.alias_of].cell];
               continue;
             }
             d.plugin->take_error(err);

@@ -28,6 +28,9 @@ struct Cell {
   // Imported application memory: what keeps it alive (released after the
   // device's buffer is freed: members go after the destructor's body).
   std::shared_ptr<void> keepalive;
+  // A zero-copy transfer's buffer: the cell whose memory it imports (kept
+  // while this one lives, e.g. in a Tensor after its plan is gone).
+  std::shared_ptr<Cell> imports;
   std::shared_mutex mu;
   ~Cell() {
     if (handle && plugin->api()) plugin->api()->buffer_free(device, handle);

@@ -1,0 +1,446 @@
+// backplane._backplane: the core's host API for Python (pybind11).
+//
+// NumPy arrays go in and come out; device tensors (backplane.Tensor) stay on
+// their device and speak DLPack. The GIL is released while a plan runs.
+#include <backplane/backplane.hpp>
+
+#include <dlpack/dlpack.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <cstring>
+
+namespace py = pybind11;
+using namespace backplane;
+
+namespace {
+
+PyObject* g_error = nullptr;  // backplane.Error
+
+const char* status_name(bp_status_code c) {
+  switch (c) {
+    case BP_OK: return "OK";
+    case BP_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case BP_ERR_OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case BP_ERR_UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case BP_ERR_UNAVAILABLE: return "UNAVAILABLE";
+    case BP_ERR_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
+    case BP_ERR_INCOMPATIBLE: return "INCOMPATIBLE";
+    case BP_ERR_INTERNAL: return "INTERNAL";
+    default: return "UNKNOWN";
+  }
+}
+
+// NumPy dtype <-> bp_dtype (bf16 has no NumPy type).
+bp_dtype dtype_of(const py::dtype& d) {
+  const char k = d.kind();
+  const auto n = d.itemsize();
+  if (k == 'f') return n == 4 ? BP_DTYPE_F32 : n == 8 ? BP_DTYPE_F64 : n == 2 ? BP_DTYPE_F16 : BP_DTYPE_INVALID;
+  if (k == 'i') return n == 1 ? BP_DTYPE_I8 : n == 2 ? BP_DTYPE_I16 : n == 4 ? BP_DTYPE_I32 : n == 8 ? BP_DTYPE_I64 : BP_DTYPE_INVALID;
+  if (k == 'u') return n == 1 ? BP_DTYPE_U8 : BP_DTYPE_INVALID;
+  if (k == 'b') return BP_DTYPE_BOOL;
+  return BP_DTYPE_INVALID;
+}
+
+py::dtype numpy_dtype(bp_dtype d) {
+  switch (d) {
+    case BP_DTYPE_F32: return py::dtype("float32");
+    case BP_DTYPE_F64: return py::dtype("float64");
+    case BP_DTYPE_F16: return py::dtype("float16");
+    case BP_DTYPE_BF16: return py::dtype("uint16");  // raw bits
+    case BP_DTYPE_I8: return py::dtype("int8");
+    case BP_DTYPE_I16: return py::dtype("int16");
+    case BP_DTYPE_I32: return py::dtype("int32");
+    case BP_DTYPE_I64: return py::dtype("int64");
+    case BP_DTYPE_U8: return py::dtype("uint8");
+    case BP_DTYPE_BOOL: return py::dtype("bool");
+    default: throw Error("dtype " + std::string(dtype_name(d)) + " has no NumPy type");
+  }
+}
+
+bp_dtype parse_dtype(const py::handle& h) {
+  if (py::isinstance<py::str>(h)) {
+    if (auto d = dtype_from_name(h.cast<std::string>())) return *d;
+  }
+  const bp_dtype d = dtype_of(py::dtype::from_args(py::reinterpret_borrow<py::object>(h)));
+  if (d == BP_DTYPE_INVALID) throw Error("no Backplane dtype for " + py::str(h).cast<std::string>());
+  return d;
+}
+
+Shape shape_of(const py::array& a) { return Shape(a.shape(), a.shape() + a.ndim()); }
+
+// Keeps a Python object alive from C++ (the GIL is taken to let it go, from
+// whichever thread drops the last reference).
+std::shared_ptr<void> hold(py::object o) {
+  return std::shared_ptr<void>(new py::object(std::move(o)), [](void* p) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<py::object*>(p);
+  });
+}
+
+// A C-contiguous array of the expected dtype (converted/copied only when
+// the given one is not).
+py::array as_input(const py::handle& value, bp_dtype want, const std::string& name) {
+  if (!py::isinstance<py::array>(value) && !py::hasattr(value, "__array__") && !py::isinstance<py::sequence>(value) &&
+      !py::isinstance<py::float_>(value) && !py::isinstance<py::int_>(value) && !py::isinstance<py::bool_>(value))
+    throw Error("input '" + name + "': expected a NumPy array or a backplane.Tensor, got " +
+                py::str(py::type::of(value)).cast<std::string>());
+  return py::array::ensure(value, 0).attr("astype")(numpy_dtype(want), py::arg("order") = "C", py::arg("casting") = "same_kind",
+                                        py::arg("copy") = false)
+      .cast<py::array>();
+}
+
+struct PyCompletion {
+  Completion c;
+  py::object plan;  // keeps the Plan (and its buffers) alive while running
+};
+
+// Host arrays of at least this many bytes are read in place on a device
+// that can (the cpu); smaller ones are copied, which is cheaper.
+constexpr uint64_t kInPlaceBytes = 16 * 1024;
+
+void set_input(Runtime* rt, Plan& plan, const std::string& name, const py::handle& value, bool copy = false) {
+  if (py::isinstance<Tensor>(value)) {
+    plan.set_input(name, value.cast<const Tensor&>());
+    return;
+  }
+  const auto [dtype, shape] = plan.value_type(name);
+  if (py::isinstance<py::array>(value)) {
+    auto a = py::reinterpret_borrow<py::array>(value);
+    const bool exact = dtype_of(a.dtype()) == dtype && (a.flags() & py::array::c_style);
+    if (exact && !copy && static_cast<uint64_t>(a.nbytes()) >= kInPlaceBytes && rt) {
+      Device& dev = plan.input_device(name);
+      if (dev.plugin_name() == "cpu" && shape_of(a) == shape &&
+          reinterpret_cast<uintptr_t>(a.data()) % std::max<size_t>(a.itemsize(), 1) == 0) {
+        plan.set_input(name, rt->wrap_host(const_cast<void*>(a.data()), static_cast<uint64_t>(a.nbytes()), dtype,
+                                           shape, dev, hold(a)));
+        return;
+      }
+    }
+    if (exact) {
+      if (shape_of(a) != shape)
+        throw Error("input '" + name + "': expected " + std::string(dtype_name(dtype)) + shape_str(shape) + ", got " +
+                    std::string(dtype_name(dtype)) + shape_str(shape_of(a)));
+      plan.set_input(name, a.data(), static_cast<uint64_t>(a.nbytes()));
+      return;
+    }
+  }
+  py::array a = as_input(value, dtype, name);
+  if (shape_of(a) != shape)
+    throw Error("input '" + name + "': expected " + std::string(dtype_name(dtype)) + shape_str(shape) + ", got shape " +
+                shape_str(shape_of(a)));
+  plan.set_input(name, a.data(), static_cast<uint64_t>(a.nbytes()));
+}
+
+py::array read_output(const Plan& plan, const std::string& name) {
+  const auto [dtype, shape] = plan.value_type(name);
+  py::array out(numpy_dtype(dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()));
+  plan.output_into(name, out.mutable_data(), static_cast<uint64_t>(out.nbytes()));
+  return out;
+}
+
+py::dict outputs(const Plan& plan, const std::vector<std::string>& names) {
+  py::dict d;
+  for (const auto& n : names) d[py::str(n)] = read_output(plan, n);
+  return d;
+}
+
+// What a Python Plan keeps: the plan, its runtime (for wrap_host) and its
+// output names.
+struct PyPlan {
+  Plan plan;
+  std::shared_ptr<Runtime> rt;
+  std::vector<std::string> outs;
+};
+
+// A DLManagedTensor from Python: its deleter runs with the GIL held, from
+// whatever thread lets the memory go.
+struct GilManaged {
+  DLManagedTensor m{};
+  DLManagedTensor* inner = nullptr;
+};
+
+DLManagedTensor* take_capsule(py::object obj) {
+  py::object cap = obj;
+  if (!PyCapsule_CheckExact(obj.ptr())) {
+    if (!py::hasattr(obj, "__dlpack__"))
+      throw Error("from_dlpack: expected an object with __dlpack__ (NumPy >= 1.22, PyTorch) or a DLPack capsule, got " +
+                  py::str(py::type::of(obj)).cast<std::string>());
+    cap = obj.attr("__dlpack__")();
+  }
+  if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
+    throw Error("from_dlpack: the capsule is not an unused 'dltensor' (consumed already?)");
+  auto* inner = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+  PyCapsule_SetName(cap.ptr(), "used_dltensor");  // ours now: the capsule will not call the deleter
+  auto* w = new GilManaged;
+  w->inner = inner;
+  w->m.dl_tensor = inner->dl_tensor;
+  w->m.manager_ctx = w;
+  w->m.deleter = [](DLManagedTensor* m) {
+    auto* self = static_cast<GilManaged*>(m->manager_ctx);
+    {
+      py::gil_scoped_acquire gil;
+      if (self->inner->deleter) self->inner->deleter(self->inner);
+    }
+    delete self;
+  };
+  return &w->m;
+}
+
+py::capsule make_capsule(const Tensor& t) {
+  DLManagedTensor* m = t.to_dlpack();
+  return py::capsule(m, "dltensor", [](PyObject* cap) {
+    // Still named "dltensor": nobody consumed it; the deleter is ours to call.
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+      if (m && m->deleter) m->deleter(m);
+    } else {
+      PyErr_Clear();
+    }
+  });
+}
+
+Json to_json(const py::handle& h) {
+  if (h.is_none()) return nullptr;
+  return Json::parse(py::module_::import("json").attr("dumps")(h).cast<std::string>());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_backplane, m) {
+  m.doc() = "Backplane: plugin-based tensor runtime (C++ core bindings)";
+
+  g_error = PyErr_NewException("backplane.Error", PyExc_RuntimeError, nullptr);
+  m.add_object("Error", py::handle(g_error));
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      py::object err = py::reinterpret_borrow<py::object>(g_error)(py::str(e.what()));
+      err.attr("code") = static_cast<int>(e.code());
+      err.attr("status") = status_name(e.code());
+      PyErr_SetObject(g_error, err.ptr());
+    }
+  });
+  py::dict codes;
+  for (int c = 0; c <= BP_ERR_INTERNAL; ++c) codes[status_name(static_cast<bp_status_code>(c))] = c;
+  m.attr("STATUS_CODES") = codes;
+
+  py::class_<Device, std::unique_ptr<Device, py::nodelete>>(m, "Device")
+      .def_property_readonly("name", &Device::name)
+      .def_property_readonly("kind", &Device::kind)
+      .def_property_readonly("description", &Device::description)
+      .def_property_readonly("plugin", &Device::plugin_name)
+      .def("__repr__", [](const Device& d) { return "<backplane.Device " + d.name() + " (" + d.kind() + ")>"; });
+
+  py::class_<Tensor>(m, "Tensor")
+      .def_property_readonly("device", &Tensor::device, py::return_value_policy::reference)
+      .def_property_readonly("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); })
+      .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); })
+      .def_property_readonly("strides", [](const Tensor& t) { return py::tuple(py::cast(t.layout().strides())); })
+      .def_property_readonly("nbytes", &Tensor::nbytes)
+      .def_property_readonly("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data()); },
+                             "host address of the elements (0 when the device's memory is not host-addressable)")
+      .def("is_contiguous", &Tensor::is_contiguous)
+      .def("numpy", [](const Tensor& t) {
+        py::array out(numpy_dtype(t.dtype()), std::vector<py::ssize_t>(t.shape().begin(), t.shape().end()));
+        {
+          py::gil_scoped_release nogil;
+          t.download_into(out.mutable_data(), static_cast<uint64_t>(out.nbytes()));
+        }
+        return out;
+      }, "copies to a new NumPy array")
+      .def("to", &Tensor::to, py::arg("device"), "copy to another device")
+      .def("shares_storage_with", &Tensor::shares_storage_with)
+      .def("__dlpack__", [](const Tensor& t, py::object stream) {
+        if (!stream.is_none() && !(py::isinstance<py::int_>(stream) && stream.cast<long>() == -1))
+          throw Error("__dlpack__: stream must be None for host memory");
+        return make_capsule(t);
+      }, py::arg("stream") = py::none())
+      .def("__dlpack_device__", [](const Tensor& t) {
+        if (!t.data()) throw Error("__dlpack_device__: the tensor is on '" + t.device().name() + "', not host-addressable", BP_ERR_UNIMPLEMENTED);
+        return py::make_tuple(static_cast<int>(kDLCPU), 0);
+      })
+      .def("__repr__", [](const Tensor& t) {
+        return t ? "<backplane.Tensor " + std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + " on " + t.device().name() + ">"
+                 : std::string("<backplane.Tensor empty>");
+      });
+
+  py::class_<Graph>(m, "Graph")
+      .def(py::init<>())
+      .def("input", [](Graph& g, const std::string& name, py::object dtype, const Shape& shape) {
+        g.input(name, parse_dtype(dtype), shape);
+      }, py::arg("name"), py::arg("dtype"), py::arg("shape"))
+      .def("constant", [](Graph& g, const std::string& name, py::array value) {
+        py::array a = py::array::ensure(value, py::array::c_style | py::array::forcecast);
+        const bp_dtype d = dtype_of(a.dtype());
+        if (d == BP_DTYPE_INVALID) throw Error("constant '" + name + "': no Backplane dtype for this array's dtype");
+        HostTensor t(d, shape_of(a));
+        std::memcpy(t.data(), a.data(), t.nbytes());
+        g.constant(name, std::move(t));
+      }, py::arg("name"), py::arg("value"))
+      .def("node", [](Graph& g, const std::string& name, const std::string& op, std::vector<std::string> inputs,
+                      py::object params, const std::string& device) {
+        Json p = params.is_none() ? Json::object() : to_json(params);
+        g.node(name, op, std::move(inputs), std::move(p), device);
+      }, py::arg("name"), py::arg("op"), py::arg("inputs"), py::arg("params") = py::none(), py::arg("device") = "")
+      .def("output", &Graph::output)
+      .def("pin", &Graph::pin)
+      .def_property_readonly("inputs", [](const Graph& g) {
+        std::vector<std::string> n;
+        for (const auto& i : g.inputs()) if (!i.constant) n.push_back(i.name);
+        return n;
+      })
+      .def_property_readonly("outputs", &Graph::outputs);
+
+  m.def("_load_graph", [](const std::filesystem::path& path) {
+    GraphFile gf = load_graph_file(path);
+    py::dict inputs;
+    for (auto& [name, t] : gf.inputs) {
+      py::array a(numpy_dtype(t.dtype), std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
+      std::memcpy(a.mutable_data(), t.data(), t.nbytes());
+      inputs[py::str(name)] = a;
+    }
+    return py::make_tuple(std::move(gf.graph), inputs);
+  });
+
+  py::class_<PyCompletion>(m, "Completion")
+      .def("wait", [](PyCompletion& c) {
+        {
+          py::gil_scoped_release nogil;
+          c.c.wait();
+        }
+        auto& p = c.plan.cast<PyPlan&>();
+        return outputs(p.plan, p.outs);
+      }, "waits for the run; its outputs as NumPy arrays (raises the run's error)")
+      .def("poll", [](const PyCompletion& c) { return c.c.poll(); })
+      .def("error", [](PyCompletion& c) -> py::object {
+        std::exception_ptr e;
+        {
+          py::gil_scoped_release nogil;
+          e = c.c.error();
+        }
+        if (!e) return py::none();
+        try {
+          std::rethrow_exception(e);
+        } catch (const Error& err) {
+          py::object o = py::reinterpret_borrow<py::object>(g_error)(py::str(err.what()));
+          o.attr("code") = static_cast<int>(err.code());
+          o.attr("status") = status_name(err.code());
+          return o;
+        } catch (const std::exception& err) {
+          return py::reinterpret_borrow<py::object>(PyExc_RuntimeError)(py::str(err.what()));
+        }
+      });
+
+  py::class_<PyPlan>(m, "Plan")
+      .def("__call__", [](PyPlan& p, py::kwargs kw) {
+        for (auto [k, v] : kw) set_input(p.rt.get(), p.plan, k.cast<std::string>(), v);
+        {
+          py::gil_scoped_release nogil;
+          p.plan.execute();
+        }
+        return outputs(p.plan, p.outs);
+      }, "runs with the given inputs (NumPy arrays or Tensors); a dict of NumPy outputs")
+      .def("set_input", [](PyPlan& p, const std::string& name, py::object v, bool copy) {
+        set_input(p.rt.get(), p.plan, name, v, copy);
+      }, py::arg("name"), py::arg("value"), py::arg("copy") = false,
+         "a NumPy array (copied; large C-contiguous ones read in place on the cpu unless copy=True) or a Tensor")
+      .def("execute", [](PyPlan& p) {
+        py::gil_scoped_release nogil;
+        p.plan.execute();
+      })
+      .def("output", [](const PyPlan& p, const std::string& name) { return read_output(p.plan, name); })
+      .def("outputs", [](const PyPlan& p) { return outputs(p.plan, p.outs); })
+      .def("output_tensor", [](const PyPlan& p, const std::string& name) { return p.plan.output_tensor(name); })
+      .def("bind_output", [](PyPlan& p, const std::string& name, py::object buf) {
+        if (buf.is_none()) return p.plan.bind_output(name, Tensor{});
+        if (py::isinstance<Tensor>(buf)) return p.plan.bind_output(name, buf.cast<const Tensor&>());
+        if (!py::isinstance<py::array>(buf)) throw Error("bind_output '" + name + "': expected a NumPy array, a Tensor or None");
+        auto a = py::reinterpret_borrow<py::array>(buf);
+        const auto [dtype, shape] = p.plan.value_type(name);
+        if (!(a.flags() & py::array::c_style) || !a.writeable())
+          throw Error("bind_output '" + name + "': the array must be C-contiguous and writeable");
+        if (dtype_of(a.dtype()) != dtype || shape_of(a) != shape)
+          throw Error("bind_output '" + name + "': expected " + std::string(dtype_name(dtype)) + shape_str(shape) +
+                      ", got " + std::string(dtype_name(dtype_of(a.dtype()))) + shape_str(shape_of(a)));
+        p.plan.bind_output(name, a.mutable_data(), static_cast<uint64_t>(a.nbytes()), hold(a));
+      }, py::arg("name"), py::arg("buffer"))
+      .def("submit", [](py::object self, py::kwargs kw) {
+        auto& p = self.cast<PyPlan&>();
+        for (auto [k, v] : kw) set_input(p.rt.get(), p.plan, k.cast<std::string>(), v);
+        PyCompletion c;
+        {
+          py::gil_scoped_release nogil;
+          c.c = p.plan.submit();
+        }
+        c.plan = self;
+        return c;
+      })
+      .def("input_device", [](const PyPlan& p, const std::string& n) { return &p.plan.input_device(n); },
+           py::return_value_policy::reference)
+      .def("describe", [](const PyPlan& p) { return p.plan.describe(); })
+      .def("explain", [](const PyPlan& p) { return p.plan.explain(); })
+      .def("profile", [](const PyPlan& p) {
+        return py::module_::import("json").attr("loads")(p.plan.profile_json().dump());
+      })
+      .def("profile_table", [](const PyPlan& p) { return p.plan.profile_table(); })
+      .def_property_readonly("outputs_names", [](const PyPlan& p) { return p.outs; })
+      .def_property_readonly("devices", [](const PyPlan& p) { return p.plan.devices(); });
+
+  py::class_<Runtime, std::shared_ptr<Runtime>>(m, "Runtime")
+      .def(py::init([](std::vector<std::filesystem::path> plugin_paths, bool use_environment, int num_threads) {
+        RuntimeOptions o;
+        o.plugin_paths = std::move(plugin_paths);
+        o.use_environment = use_environment;
+        o.num_threads = num_threads;
+        return std::shared_ptr<Runtime>(Runtime::create(o));
+      }), py::arg("plugin_paths") = std::vector<std::filesystem::path>{}, py::arg("use_environment") = true,
+          py::arg("num_threads") = 0)
+      .def("devices", [](Runtime& rt, bool load) {
+        if (load) rt.load_all();
+        py::list out;
+        for (const auto& d : rt.devices()) {
+          py::dict e;
+          e["name"] = d.name;
+          e["kind"] = d.kind;
+          e["description"] = d.description;
+          e["plugin"] = d.plugin;
+          e["state"] = d.state == PluginState::Loaded ? "loaded" : d.state == PluginState::Rejected ? "rejected" : "not loaded";
+          e["rejection"] = d.rejection;
+          e["kernels"] = d.kernel_count;
+          out.append(e);
+        }
+        return out;
+      }, py::arg("load") = true)
+      .def("device", &Runtime::device, py::return_value_policy::reference_internal)
+      .def("compile", [](std::shared_ptr<Runtime> rt, const Graph& g, const std::string& device,
+                         std::vector<std::string> keep, bool profile) {
+        CompileOptions o;
+        o.keep = std::move(keep);
+        o.profile = profile;
+        PyPlan p;
+        {
+          py::gil_scoped_release nogil;
+          p.plan = rt->compile(g, rt->select_devices(device), o);
+        }
+        p.rt = rt;
+        p.outs = g.outputs();
+        return p;
+      }, py::arg("graph"), py::arg("device") = "auto", py::arg("keep") = std::vector<std::string>{},
+          py::arg("profile") = false)
+      .def("upload", [](Runtime& rt, py::object value, const std::string& device) {
+        py::array a = py::array::ensure(value, py::array::c_style);
+        if (!a) throw Error("upload: expected a NumPy array");
+        const bp_dtype d = dtype_of(a.dtype());
+        if (d == BP_DTYPE_INVALID) throw Error("upload: no Backplane dtype for this array's dtype");
+        return rt.upload(a.data(), static_cast<uint64_t>(a.nbytes()), d, shape_of(a), rt.device(device));
+      }, py::arg("array"), py::arg("device") = "auto")
+      .def("from_dlpack", [](Runtime& rt, py::object obj, py::object device) {
+        Device* dev = device.is_none() ? nullptr : &rt.device(device.cast<std::string>());
+        return rt.from_dlpack(take_capsule(obj), dev);
+      }, py::arg("obj"), py::arg("device") = py::none())
+      .def("num_threads", &Runtime::num_threads);
+}

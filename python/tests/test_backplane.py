@@ -1,0 +1,263 @@
+"""The Python package against NumPy's answers (run by ctest: python_package)."""
+
+import gc
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import backplane
+
+
+@pytest.fixture(scope="module")
+def rt():
+    return backplane.Runtime(use_environment=False)
+
+
+def device_names(runtime):
+    return [d["name"] for d in runtime.devices() if d["state"] == "loaded" and d["plugin"] in ("cpu", "vulkan")]
+
+
+def unary(op, shape, dtype="f32"):
+    g = backplane.Graph()
+    g.input("x", dtype, list(shape))
+    g.node("y", op, ["x"])
+    g.output("y")
+    return g
+
+
+def affine(shape):
+    g = backplane.Graph()
+    for name in ("x", "w", "b"):
+        g.input(name, "f32", list(shape))
+    g.node("t", "mul", ["x", "w"])
+    g.node("y", "add", ["t", "b"])
+    g.output("y")
+    return g
+
+
+def test_devices_lists_cpu(rt):
+    rows = rt.devices()
+    assert any(r["name"] == "cpu" and r["state"] == "loaded" for r in rows)
+    assert backplane.devices()  # the default runtime
+
+
+def test_numpy_round_trip_on_every_device(rt):
+    x = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
+    w = np.random.default_rng(2).standard_normal((3, 5)).astype(np.float32)
+    b = np.random.default_rng(3).standard_normal((3, 5)).astype(np.float32)
+    names = device_names(rt)
+    assert "cpu" in names
+    for dev in names:
+        plan = rt.compile(affine(x.shape), dev)
+        out = plan(x=x, w=w, b=b)
+        assert set(out) == {"y"}
+        np.testing.assert_allclose(out["y"], x * w + b, rtol=1e-6, atol=1e-6, err_msg=dev)
+        # Device tensors: weights uploaded once, the output kept on the device.
+        plan.set_input("w", rt.upload(w, dev))
+        plan.set_input("b", rt.upload(b, dev))
+        for k in range(3):
+            plan.set_input("x", x + k)
+            plan.execute()
+            np.testing.assert_allclose(plan.output("y"), (x + k) * w + b, rtol=1e-6, atol=1e-6)
+        y = plan.output_tensor("y")
+        assert y.device.name == dev and y.shape == (3, 5) and y.dtype == "f32"
+        neg = rt.compile(unary("neg", x.shape), dev)
+        neg.set_input("x", y)
+        assert any("read in place (no copy)" in line for line in neg.describe())
+        neg.execute()
+        np.testing.assert_allclose(neg.output("y"), -((x + 2) * w + b), rtol=1e-6, atol=1e-6)
+
+
+def test_dtypes_round_trip(rt):
+    for np_type, bp_type in ((np.float64, "f64"), (np.int32, "i32"), (np.int64, "i64"), (np.int8, "i8"), (np.uint8, "u8")):
+        x = (np.arange(12) % 7 - (3 if bp_type != "u8" else 0)).astype(np_type).reshape(3, 4)
+        out = rt.compile(unary("abs", x.shape, bp_type), "cpu")(x=x)["y"]
+        assert out.dtype == np_type
+        np.testing.assert_array_equal(out, np.abs(x))
+
+
+def test_large_inputs_read_in_place_and_bound_outputs_written_in_place(rt):
+    n = 1 << 16  # 256 KiB: read in place
+    x = np.arange(n, dtype=np.float32)
+    plan = rt.compile(unary("neg", (n,)), "cpu")
+    plan.set_input("x", x)
+    assert any("read in place (no copy)" in line for line in plan.describe())
+    out = np.empty(n, np.float32)
+    plan.bind_output("y", out)
+    plan.execute()
+    np.testing.assert_array_equal(out, -x)
+    # Addresses: the output tensor is the application's array.
+    assert plan.output_tensor("y").data_ptr == out.ctypes.data
+    x[7] = 1000  # the plan reads the application's memory in place
+    plan.execute()
+    assert out[7] == -1000
+    plan.bind_output("y", None)
+    # Small arrays are copied (cheaper), and described so.
+    small = rt.compile(unary("neg", (4,)), "cpu")
+    small.set_input("x", np.ones(4, np.float32))
+    assert any("host data copied in" in line for line in small.describe())
+
+
+def test_dlpack_with_numpy_zero_copy(rt):
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    t = backplane.from_dlpack(a)
+    assert t.data_ptr == a.ctypes.data
+    assert t.shape == (4, 6)
+    back = np.from_dlpack(t)
+    assert back.ctypes.data == a.ctypes.data
+    np.testing.assert_array_equal(back, a)
+    # Strides honoured: a transposed view.
+    v = a.T
+    tv = backplane.from_dlpack(v)
+    assert tv.shape == (6, 4) and tv.strides == (1, 6) and not tv.is_contiguous()
+    np.testing.assert_array_equal(tv.numpy(), v)
+    np.testing.assert_array_equal(np.from_dlpack(tv), v)
+    # A backplane output to NumPy without a copy.
+    plan = rt.compile(unary("exp", (8,)), "cpu")
+    plan(x=np.zeros(8, np.float32))
+    y = plan.output_tensor("y")
+    ny = np.from_dlpack(y)
+    assert ny.ctypes.data == y.data_ptr
+    np.testing.assert_array_equal(ny, np.ones(8, np.float32))
+    # The producer outlives every Python reference but the Tensor's.
+    big = np.full(1000, 3.0, np.float32)
+    ptr = big.ctypes.data
+    held = backplane.from_dlpack(big)
+    del big
+    gc.collect()
+    assert held.data_ptr == ptr
+    np.testing.assert_array_equal(held.numpy(), np.full(1000, 3.0, np.float32))
+
+
+def test_dlpack_with_torch(rt):
+    torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    t = backplane.from_dlpack(x)
+    assert t.data_ptr == x.data_ptr()
+    np.testing.assert_array_equal(t.numpy(), x.numpy())
+    # Backplane -> torch, in place.
+    plan = rt.compile(unary("relu", (3, 4)), "cpu")
+    plan(x=np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    y = plan.output_tensor("y")
+    ty = torch.from_dlpack(y)
+    assert ty.data_ptr() == y.data_ptr
+    np.testing.assert_allclose(ty.numpy(), np.maximum(np.linspace(-1, 1, 12, dtype=np.float32), 0).reshape(3, 4))
+    # A strided torch view.
+    v = x.t()
+    tv = backplane.from_dlpack(v)
+    assert tv.strides == (1, 4)
+    np.testing.assert_array_equal(tv.numpy(), v.numpy())
+    # torch's view fed to a plan (copied: not dense) gives the right answer.
+    p2 = rt.compile(unary("neg", (4, 3)), "cpu")
+    p2.set_input("x", tv)
+    p2.execute()
+    np.testing.assert_array_equal(p2.output("y"), -v.numpy())
+
+
+def test_errors_are_exceptions_with_codes(rt):
+    plan = rt.compile(unary("neg", (4,)), "cpu")
+    with pytest.raises(backplane.Error, match=r"input 'x': expected f32\[4\], got f32\[3\]") as e:
+        plan(x=np.ones(3, np.float32))
+    assert e.value.code == backplane.STATUS_CODES["INVALID_ARGUMENT"] and e.value.status == "INVALID_ARGUMENT"
+    with pytest.raises(backplane.Error, match="input 'x' was never set"):
+        rt.compile(unary("neg", (4,)), "cpu").execute()
+    with pytest.raises(backplane.Error, match="'nope'"):
+        plan.set_input("nope", np.ones(4, np.float32))
+    with pytest.raises(backplane.Error, match="no device matches|unknown device|no such device|'warp9'"):
+        rt.compile(unary("neg", (4,)), "warp9")
+    g = backplane.Graph()
+    g.input("x", "f32", [2, 3])
+    g.input("w", "f32", [4, 5])
+    g.node("y", "matmul", ["x", "w"])
+    g.output("y")
+    with pytest.raises(backplane.Error, match="node 'y' \\(matmul\\)"):
+        rt.compile(g, "cpu")
+    with pytest.raises(backplane.Error, match="not aligned"):
+        plan.bind_output("y", np.zeros(17, np.uint8)[1:].view(np.float32))
+    with pytest.raises(backplane.Error, match="expected f32\\[4\\], got f64\\[4\\]"):
+        plan.bind_output("y", np.zeros(4, np.float64))
+    with pytest.raises(backplane.Error, match="expected an object with __dlpack__"):
+        backplane.from_dlpack(42)
+    # Vulkan cannot read host memory in place: one status code for that.
+    if "vulkan0" in device_names(rt):
+        vk = rt.upload(np.ones(4, np.float32), "vulkan0")
+        if vk.data_ptr == 0:
+            with pytest.raises(backplane.Error) as e:
+                vk.__dlpack__()
+            assert e.value.status == "UNIMPLEMENTED"
+    assert issubclass(backplane.Error, RuntimeError)
+
+
+def test_submit_and_wait_on_every_device(rt):
+    x = np.arange(4096, dtype=np.float32)
+    plans = [rt.compile(unary("neg", x.shape), d) for d in device_names(rt)]
+    runs = [p.submit(x=x) for p in plans]  # all in flight at once
+    for r in runs:
+        np.testing.assert_array_equal(r.wait()["y"], -x)
+        assert r.poll() and r.error() is None
+    g = backplane.Graph()
+    g.input("x", "f32", [4])
+    g.input("i", "i64", [2])
+    g.node("picked", "gather", ["x", "i"], {"dim": 0})
+    g.output("picked")
+    bad = rt.compile(g, "cpu").submit(x=np.ones(4, np.float32), i=np.array([0, 9]))
+    with pytest.raises(backplane.Error, match="node 'picked' \\(gather\\)"):
+        bad.wait()
+    assert isinstance(bad.error(), backplane.Error)
+
+
+def test_plans_from_several_threads(rt):
+    plan = rt.compile(unary("neg", (1000,)), "cpu")
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(20):
+                x = np.full(1000, float(k), np.float32)
+                np.testing.assert_array_equal(plan(x=x)["y"], -x)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_profile(rt):
+    plan = rt.compile(affine((8,)), "cpu", profile=True)
+    plan(x=np.ones(8, np.float32), w=np.ones(8, np.float32), b=np.ones(8, np.float32))
+    prof = plan.profile()
+    assert [s["op"] for s in prof["steps"] if s["kind"] == "kernel"] == ["mul", "add"]
+    assert "total" in plan.profile_table()
+
+
+def test_graph_files_and_module_cli(tmp_path):
+    np.save(tmp_path / "x.npy", np.array([-1.0, 2.0, -3.0], np.float32))
+    (tmp_path / "g.json").write_text(json.dumps({
+        "inputs": {"x": "x.npy", "k": {"value": [2, 2, 2], "dtype": "f32"}},
+        "nodes": [{"name": "y", "op": "mul", "inputs": ["x", "k"]}, {"name": "z", "op": "relu", "inputs": ["y"]}],
+        "outputs": ["z"],
+    }))
+    graph, inputs = backplane.load_graph(tmp_path / "g.json")
+    assert list(inputs) == ["x"]
+    np.testing.assert_array_equal(backplane.compile(graph, "cpu")(**inputs)["z"], [0, 4, 0])
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-m", "backplane", "run", str(tmp_path / "g.json"), "--device", "cpu",
+                        "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "z.npy"), [0, 4, 0])
+    r = subprocess.run([sys.executable, "-m", "backplane", "devices", "--json"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert any(d["name"] == "cpu" for d in json.loads(r.stdout))
+    r = subprocess.run([sys.executable, "-m", "backplane", "run", str(tmp_path / "missing.json")], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "missing.json" in r.stderr
