@@ -70,6 +70,29 @@ void main() {
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
   if (i0 >= n) return;
+  if (TWO_D) {
+    const int W = pc.p.w;
+    const int r = i0 / W;
+    const int col = i0 - r * W;
+    const int ra = pc.p.x + r * pc.q.x, rb = pc.p.y + r * pc.q.y;
+    CTYPE4(IN_DT) va, vb;
+    if (COL0) va = CTYPE4(IN_DT)(LD(IN_DT, a.v[ra]));
+    else if (VEC0) va = LD4(IN_DT, a4.v[(ra + col) / 4]);
+    else {
+      const int s = int(pc.extra), b0 = ra + col * s;
+      va = CTYPE4(IN_DT)(LD(IN_DT, a.v[b0]), LD(IN_DT, a.v[b0 + s]), LD(IN_DT, a.v[b0 + 2 * s]), LD(IN_DT, a.v[b0 + 3 * s]));
+    }
+    if (COL1) vb = CTYPE4(IN_DT)(LD(IN_DT, b.v[rb]));
+    else if (VEC1) vb = LD4(IN_DT, b4.v[(rb + col) / 4]);
+    else {
+      const int s = pc.q.w, b0 = rb + col * s;
+      vb = CTYPE4(IN_DT)(LD(IN_DT, b.v[b0]), LD(IN_DT, b.v[b0 + s]), LD(IN_DT, b.v[b0 + 2 * s]), LD(IN_DT, b.v[b0 + 3 * s]));
+    }
+    CTYPE4(OUT_DT) res;
+    for (int c = 0; c < 4; ++c) res[c] = op(va[c], vb[c]);
+    o4.v[(pc.p.z + r * pc.q.z + col) / 4] = SV4(OUT_DT, res);
+    return;
+  }
   if (FAST) {
     const int oa = pc.p.x, ob = pc.p.y, oo = pc.p.z;
     if (!FAST_TAIL || i0 + 4 <= n) {

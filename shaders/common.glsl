@@ -5,7 +5,7 @@
 //   1  device error word pair {flags, first dispatch id}, checked by synchronize()
 // The op's operands are buffer-device addresses in pc.addr, "slot" k + 2 for
 // operand k (dtypes.glsl), so no operand is limited by maxStorageBufferRange.
-// Push constants (96 bytes, within the 128 bytes every device offers):
+// Push constants (112 bytes, within the 128 bytes every device offers):
 //   base  word offset of this dispatch's argument block in the ring
 //   n     work items of the dispatch (elements, rows, ...)
 //   id    dispatch number inside the command buffer, reported with errors
@@ -13,6 +13,7 @@
 //         is chosen by a specialization constant instead, see eltwise.glsl)
 //   p[4]  family-specific (elementwise fast path: the records' offsets), so
 //         the hot path reads no argument block
+//   q[4]  family-specific (elementwise 2-D path: row strides, see eltwise.glsl)
 //   addr[8] operand k's window start (64-byte aligned), as two uint32 words
 // Layout records in the argument block are [offset, stride0..stride7] (9 words,
 // int32 elements). Dims were coalesced and permuted by the host.
@@ -35,6 +36,7 @@ layout(push_constant) uniform PC {
   uint id;
   uint extra;
   ivec4 p;
+  ivec4 q;
   uvec2 addr[8];  // operand addresses (DECL_* in dtypes.glsl)
 } pc;
 

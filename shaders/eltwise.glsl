@@ -21,6 +21,19 @@ const bool FAST = (MODE & 1u) != 0u;
 const bool BCAST0 = (MODE & 2u) != 0u;
 const bool BCAST1 = (MODE & 4u) != 0u;
 const bool FAST_TAIL = (MODE & 256u) != 0u;
+// The 2-D path (binary ops, bit 9): two coalesced dims, rows of W = pc.p.w
+// elements (W % 4 == 0, so an invocation's 4 elements share a row), the
+// output dense along a row. Operand k's offset is pc.p[k], its row stride
+// pc.q[k]; its stride along a row is 0 (bit 10 + k: one value per row, a
+// column broadcast), 1 (bit 12 + k: 4-vector loads) or any other (input 0:
+// pc.extra, input 1: pc.q.w; 4 scalar loads, e.g. a transposed operand).
+// Row and column broadcasts and transposes skip the general path's per-element
+// divisions and argument-block reads.
+const bool TWO_D = (MODE & 512u) != 0u;
+const bool COL0 = (MODE & 1024u) != 0u;
+const bool COL1 = (MODE & 2048u) != 0u;
+const bool VEC0 = (MODE & 4096u) != 0u;
+const bool VEC1 = (MODE & 8192u) != 0u;
 #define PARAMS (10 + 9 * NREC)
 #define REC_OFF(k) A(10 + 9 * (k))
 #define REC_STRIDE(k, d) A(11 + 9 * (k) + (d))

@@ -219,7 +219,8 @@ std::pair<size_t, uint32_t> Exec::ring_put(Stream& s, std::span<const int32_t> a
 }
 
 void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
-                    uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords) {
+                    uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords,
+                    std::array<int32_t, 4> qwords) {
   Stream& s = current();
   BPVK_CHECK(operands.size() == p.n_operands && operands.size() <= kMaxOperands, BP_ERR_INTERNAL,
              "vulkan: operand count mismatch");
@@ -249,7 +250,13 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
 
   const auto [chunk, word] = ring_put(s, args);
   VkDescriptorSet set = ring_set(s, chunk);
-  PushConstants pc{word, n, s.n_dispatches, extra, {pwords[0], pwords[1], pwords[2], pwords[3]}, {}};
+  PushConstants pc{word,
+                   n,
+                   s.n_dispatches,
+                   extra,
+                   {pwords[0], pwords[1], pwords[2], pwords[3]},
+                   {qwords[0], qwords[1], qwords[2], qwords[3]},
+                   {}};
   for (size_t i = 0; i < operands.size(); ++i)
     pc.addr[i] = dev_->memory.address(operands[i].buffer, operands[i].offset);
   vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);

@@ -86,7 +86,8 @@ class Exec {
   // as the device limits require). args: the dispatch's argument block.
   // extra / p: the push-constant words of the family (shaders/common.glsl).
   void dispatch(const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
-                uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords = {});
+                uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords = {},
+                std::array<int32_t, 4> qwords = {});
   // A device buffer of at least `bytes` for intermediate results, valid until
   // the stream's next begin() (split reductions).
   Binding scratch(uint64_t bytes);

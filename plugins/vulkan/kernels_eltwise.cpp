@@ -25,7 +25,7 @@ struct In {
 // constant 1 (MODE in shaders/eltwise.glsl); spec holds constant 0 at most.
 void eltwise_dispatch(Call& c, const std::string& shader_name, std::vector<int32_t> spec, bool fast_mode,
                       const std::vector<In>& ins, const bp_storage& out, const bp_layout& ol, bp_dtype odt,
-                      const Args& params, uint64_t out_extra_bytes = 0) {
+                      const Args& params, uint64_t out_extra_bytes = 0, bool two_d_mode = false) {
   const int64_t n = numel(ol);
   if (n == 0) return;
   BPVK_CHECK(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
@@ -63,10 +63,36 @@ void eltwise_dispatch(Call& c, const std::string& shader_name, std::vector<int32
   // The fast path is a pipeline of its own (MODE: fast, which inputs are
   // broadcast scalars, whether there is a partial last 4-vector) and reads
   // its offsets from push constants, no argument block.
-  std::array<int32_t, 4> pw{};
+  std::array<int32_t, 4> pw{}, qw{};
+  uint32_t extra = 0;
+  // The 2-D path (shaders/eltwise.glsl, binary ops): two dims, rows a
+  // multiple of 4 long, the output dense along rows at 4-aligned starts.
+  bool two_d = two_d_mode && fast_mode && !fast && co.rank == 2 && ins.size() == 2 && co.shape[1] % 4 == 0;
+  if (two_d) {
+    const size_t ko = offsets.size() - 1;
+    two_d = co.strides[ko][1] == 1 && offsets[ko] % 4 == 0 && co.strides[ko][0] % 4 == 0;
+    for (size_t k = 0; k < ko && two_d; ++k) {
+      const int64_t s1 = co.strides[k][1];
+      if (s1 != 0 && s1 != 1 && (s1 > INT32_MAX / 4 || s1 < INT32_MIN / 4)) two_d = false;
+    }
+  }
   if (fast_mode) {
     uint32_t mode = 0;
-    if (fast) {
+    if (two_d) {
+      mode = 512;
+      for (size_t k = 0; k < 3; ++k) {
+        pw[k] = static_cast<int32_t>(offsets[k]);
+        qw[k] = static_cast<int32_t>(co.strides[k][0]);
+      }
+      pw[3] = static_cast<int32_t>(co.shape[1]);
+      for (size_t k = 0; k < 2; ++k) {
+        const int64_t s1 = co.strides[k][1];
+        if (s1 == 0) mode |= 1024u << k;
+        else if (s1 == 1 && offsets[k] % 4 == 0 && co.strides[k][0] % 4 == 0) mode |= 4096u << k;
+      }
+      extra = static_cast<uint32_t>(static_cast<int32_t>(co.strides[0][1]));
+      qw[3] = static_cast<int32_t>(co.strides[1][1]);
+    } else if (fast) {
       mode = 1;
       for (size_t k = 0; k < offsets.size(); ++k) {
         pw[k] = static_cast<int32_t>(offsets[k]);
@@ -78,7 +104,7 @@ void eltwise_dispatch(Call& c, const std::string& shader_name, std::vector<int32
     spec[1] = static_cast<int32_t>(mode);
   }
   const Pipeline& p = c.dev.pipelines.get(shader_name, spec, static_cast<uint32_t>(bindings.size()));
-  c.dev.exec.dispatch(p, bindings, a.w, static_cast<uint32_t>(n), 0, ceil_div(n, kWG * kPerThread), c.op(), pw);
+  c.dev.exec.dispatch(p, bindings, a.w, static_cast<uint32_t>(n), extra, ceil_div(n, kWG * kPerThread), c.op(), pw, qw);
 }
 
 void binary_impl(Call& c) {
@@ -89,7 +115,7 @@ void binary_impl(Call& c) {
   // so the other ops' pipelines compile without it.
   const bool pw = family == "binary" && c.row.code == 6;
   eltwise_dispatch(c, shader(family, d) + (pw ? "_pow" : ""), {c.row.code % 100}, true,
-                   {{&c.in[0], &c.lin(0), d}, {&c.in[1], &c.lin(1), d}}, c.out[0], c.lout(), od, Args{});
+                   {{&c.in[0], &c.lin(0), d}, {&c.in[1], &c.lin(1), d}}, c.out[0], c.lout(), od, Args{}, 0, true);
 }
 
 enum UnaryOp {

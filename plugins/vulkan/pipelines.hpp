@@ -27,16 +27,17 @@ struct Pipeline {
 // Operands per dispatch (pc.addr in shaders/common.glsl).
 constexpr uint32_t kMaxOperands = 8;
 
-// 96 bytes of push constants, see shaders/common.glsl.
+// 112 bytes of push constants, see shaders/common.glsl.
 struct PushConstants {
   uint32_t base;
   uint32_t n;
   uint32_t id;
   uint32_t extra;
   int32_t p[4];
+  int32_t q[4];
   uint64_t addr[kMaxOperands];  // uvec2 in the shaders: low word first
 };
-static_assert(sizeof(PushConstants) == 96);
+static_assert(sizeof(PushConstants) == 112);
 
 class Pipelines {
  public:
