@@ -143,6 +143,11 @@ TEST_CASE("weights uploaded once serve every run", "[tensor]") {
       p.execute();
       CHECK(values(p.output("y")) == std::vector<float>{2 * k + 1, 3 * (k + 1) + 1, 4 * (k + 2) + 1});
     }
+    // run() needs only the inputs not bound to a Tensor.
+    CHECK(values(p.run({{"x", f32({3}, {1, 1, 1})}}).at("y")) == std::vector<float>{3, 4, 5});
+    Plan q = rt->compile(affine({3}), *d);
+    CHECK_THROWS_WITH(q.run({{"x", f32({3}, {1, 1, 1})}}),
+                      Catch::Contains("input 'w' was not given (nor bound to a Tensor with set_input)"));
   }
 }
 

@@ -1097,8 +1097,13 @@ HostTensor Plan::Impl::output(const std::string& name) const {
 std::map<std::string, HostTensor> Plan::run(const std::map<std::string, HostTensor>& inputs) {
   if (!impl_) throw Error("run on an empty plan");
   std::lock_guard<Gate> lk(impl_->mu);
-  for (const auto& [name, _] : impl_->inputs)
-    if (!inputs.count(name)) throw Error("input '" + name + "' was not given");
+  // Every input, except those bound to a device Tensor read in place (set
+  // once, e.g. weights, they serve every run).
+  for (const auto& [name, v] : impl_->inputs) {
+    const int c = impl_->vbufs[impl_->values[v].root].cell;
+    if (!inputs.count(name) && impl_->cells[c] == impl_->own[c])
+      throw Error("input '" + name + "' was not given (nor bound to a Tensor with set_input)");
+  }
   try {
     for (const auto& [name, t] : inputs) impl_->set_input(name, t);
     impl_->execute();

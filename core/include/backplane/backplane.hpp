@@ -536,7 +536,8 @@ class Plan {
   // Reads a graph output (or a value named in CompileOptions::keep) back
   // into host memory (dense). Any other value is an error.
   HostTensor output(const std::string& name) const;
-  // set_input for each, execute, output for each graph output.
+  // set_input for each, execute, output for each graph output. Every input
+  // must be given except those bound to a Tensor read in place.
   std::map<std::string, HostTensor> run(const std::map<std::string, HostTensor>& inputs);
 
   // Device tensors as inputs. A Tensor on the input's device, dense, that is
