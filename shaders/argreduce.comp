@@ -2,7 +2,7 @@
 #extension GL_GOOGLE_include_directive : require
 // argmax (OP 0) / argmin (OP 1) over the inner dims of each row; writes i64
 // indices as two int32 words. First NaN wins; ties: lowest index, or the
-// highest with select_last_index (RPARAMS + 0). pc.extra as in reduce.comp:
+// highest with select_last_index (RPARAMS + 0). RMODE as in reduce.comp:
 // 0 a workgroup per row, 1 an invocation per row, 2 partial pass over chunk
 // g % P of row g / P (P, chunk length at RPARAMS + 1, + 2) into scratch,
 // 3 final pass over the P partials of each row.
@@ -57,7 +57,7 @@ void main() {
   const uint lid = gl_LocalInvocationID.x;
   CT bv;
   int bi;
-  if (pc.extra == 1u) {
+  if (RMODE == 1u) {
     const int row = int(group_linear()) * WG + int(lid);
     if (row >= rows) return;
     int ib, ob;
@@ -68,14 +68,14 @@ void main() {
   }
   const int P = A(RPARAMS + 1), chunk = A(RPARAMS + 2);
   const int g = int(group_linear());
-  const int row = pc.extra == 2u ? g / P : g;
+  const int row = RMODE == 2u ? g / P : g;
   if (row >= rows) return;
   int ib, ob;
   row_offsets(R_OUTER, row, ib, ob);
-  if (pc.extra == 2u) {
+  if (RMODE == 2u) {
     const int c0 = (g % P) * chunk;
     scan_row(IN_OFF + ib, c0 + int(lid), WG, min(n, c0 + chunk), last, bv, bi);
-  } else if (pc.extra == 3u) {
+  } else if (RMODE == 3u) {
     bv = CT(0);
     bi = -1;
     for (int t = int(lid); t < P; t += WG) {
@@ -100,7 +100,7 @@ void main() {
     barrier();
   }
   if (lid != 0u) return;
-  if (pc.extra == 2u) {
+  if (RMODE == 2u) {
     part_v.v[g] = shv[0];
     part_i.v[g] = shi[0];
   } else {

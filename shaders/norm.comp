@@ -36,35 +36,54 @@ CT param_ct(int i) { return intBitsToFloat(A(RPARAMS + i)); }
 CT nanmax(CT a, CT b) { return (isnan(a) || isnan(b)) ? a + b : max(a, b); }
 
 // Workgroup-wide reduction (mode 0); identity in mode 1.
-CT group_sum(CT v, bool group) {
-  if (!group) return v;
-  const uint lid = gl_LocalInvocationID.x;
-  barrier();
-  sh[lid] = v;
-  barrier();
-  for (uint s = WG / 2; s > 0; s >>= 1) {
-    if (lid < s) sh[lid] = sh[lid] + sh[lid + s];
-    barrier();
+#ifdef SG
+#define GROUP_REDUCE(name, COMBINE)                                                        \
+  CT name(CT v, bool group) {                                                              \
+    if (!group) return v;                                                                  \
+    for (uint m = gl_SubgroupSize / 2u; m > 0u; m >>= 1) v = COMBINE(v, subgroupShuffleXor(v, m)); \
+    barrier();                                                                             \
+    if (gl_SubgroupInvocationID == 0u) sh[gl_SubgroupID] = v;                              \
+    barrier();                                                                             \
+    v = sh[0];                                                                             \
+    for (uint k = 1u; k < gl_NumSubgroups; ++k) v = COMBINE(v, sh[k]);                      \
+    return v;                                                                              \
   }
-  return sh[0];
-}
-CT group_max(CT v, bool group) {
-  if (!group) return v;
-  const uint lid = gl_LocalInvocationID.x;
-  barrier();
-  sh[lid] = v;
-  barrier();
-  for (uint s = WG / 2; s > 0; s >>= 1) {
-    if (lid < s) sh[lid] = nanmax(sh[lid], sh[lid + s]);
-    barrier();
+#else
+#define GROUP_REDUCE(name, COMBINE)                                 \
+  CT name(CT v, bool group) {                                       \
+    if (!group) return v;                                           \
+    const uint lid = gl_LocalInvocationID.x;                        \
+    barrier();                                                      \
+    sh[lid] = v;                                                    \
+    barrier();                                                      \
+    for (uint s = WG / 2; s > 0; s >>= 1) {                         \
+      if (lid < s) sh[lid] = COMBINE(sh[lid], sh[lid + s]);         \
+      barrier();                                                    \
+    }                                                               \
+    return sh[0];                                                   \
   }
-  return sh[0];
+#endif
+CT add2(CT a, CT b) { return a + b; }
+GROUP_REDUCE(group_sum, add2)
+GROUP_REDUCE(group_max, nanmax)
+
+// The element offsets of row element i: inner rank 1 (the usual case) by
+// one multiply with strides read once, else the general walk.
+bool g_simple;
+int g_ist, g_ost;
+void inner_offsets(int i, out int ii, out int io) {
+  if (g_simple) {
+    ii = i * g_ist;
+    io = i * g_ost;
+  } else {
+    row_offsets(R_INNER, i, ii, io);
+  }
 }
 
 void main() {
   const int rows = int(pc.n);
   const int n = INNER_N;
-  const bool group = pc.extra == 0u;
+  const bool group = RMODE == 0u;
   const uint lid = gl_LocalInvocationID.x;
   int row, first, step;
   if (group) {
@@ -82,23 +101,26 @@ void main() {
   const int base = IN_OFF + ib;
   const int obase = OUT_OFF + ob;
   int ii, io;
+  g_simple = A(R_INNER) == 1;
+  g_ist = A(R_INNER + 9);
+  g_ost = A(R_INNER + 17);
 
   if (OP <= 1) {
     CT m = CT(-uintBitsToFloat(0x7f800000u));
     for (int i = first; i < n; i += step) {
-      row_offsets(R_INNER, i, ii, io);
+      inner_offsets(i, ii, io);
       m = nanmax(m, LD(IN_DT, x.v[base + ii]));
     }
     m = group_max(m, group);
     CT s = CT(0);
     for (int i = first; i < n; i += step) {
-      row_offsets(R_INNER, i, ii, io);
+      inner_offsets(i, ii, io);
       s += EXP(LD(IN_DT, x.v[base + ii]) - m);
     }
     s = group_sum(s, group);
     const CT ls = LOG(s);
     for (int i = first; i < n; i += step) {
-      row_offsets(R_INNER, i, ii, io);
+      inner_offsets(i, ii, io);
       CT v = LD(IN_DT, x.v[base + ii]) - m;
       o.v[obase + io] = SV(IN_DT, OP == 0 ? EXP(v) / s : v - ls);
     }
@@ -108,13 +130,13 @@ void main() {
   // layer_norm / var_mean: two-pass mean and variance.
   CT s = CT(0);
   for (int i = first; i < n; i += step) {
-    row_offsets(R_INNER, i, ii, io);
+    inner_offsets(i, ii, io);
     s += LD(IN_DT, x.v[base + ii]);
   }
   const CT mean = group_sum(s, group) / CT(n);
   CT q = CT(0);
   for (int i = first; i < n; i += step) {
-    row_offsets(R_INNER, i, ii, io);
+    inner_offsets(i, ii, io);
     CT d = LD(IN_DT, x.v[base + ii]) - mean;
     q += d * d;
   }
@@ -130,7 +152,7 @@ void main() {
   const CT rstd = CT(1) / sqrt(q / CT(n) + param_ct(4));
   const int flags = A(RPARAMS);
   for (int i = first; i < n; i += step) {
-    row_offsets(R_INNER, i, ii, io);
+    inner_offsets(i, ii, io);
     CT y = (LD(IN_DT, x.v[base + ii]) - mean) * rstd;
     if ((flags & 1) != 0) y *= LD(IN_DT, wt.v[A(RPARAMS + 2) + i]);
     if ((flags & 2) != 0) y += LD(IN_DT, bs.v[A(RPARAMS + 3) + i]);

@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // Reductions over the inner dims of each row. OP: 0 sum 1 mean 2 prod 3 max 4 min.
-// pc.extra: 0 a workgroup per row, 1 an invocation per row, and for a few
+// RMODE (rows.glsl): 0 a workgroup per row, 1 an invocation per row, and for a few
 // very long rows a split: 2 = partial pass (workgroup g reduces chunk
 // g % P of row g / P into scratch[g]; P and the chunk length at RPARAMS),
 // 3 = final pass (a workgroup per row reduces its P partials).
@@ -81,7 +81,7 @@ void main() {
   const int rows = int(pc.n);
   const int n = INNER_N;
   const uint lid = gl_LocalInvocationID.x;
-  if (pc.extra == 1u) {
+  if (RMODE == 1u) {
     const int row = int(group_linear()) * WG + int(lid);
     if (row >= rows) return;
     int ib, ob;
@@ -91,24 +91,35 @@ void main() {
   }
   const int P = A(RPARAMS), chunk = A(RPARAMS + 1);
   const int g = int(group_linear());
-  const int row = pc.extra == 2u ? g / P : g;
+  const int row = RMODE == 2u ? g / P : g;
   if (row >= rows) return;
   int ib, ob;
   row_offsets(R_OUTER, row, ib, ob);
-  if (pc.extra == 2u) {
+  if (RMODE == 2u) {
     const int c0 = (g % P) * chunk;
     sh[lid] = accumulate(IN_OFF + ib, c0 + int(lid), WG, min(n, c0 + chunk), false);
-  } else if (pc.extra == 3u) {
+  } else if (RMODE == 3u) {
     sh[lid] = accumulate(row * P, int(lid), WG, P, true);
   } else {
     sh[lid] = accumulate(IN_OFF + ib, int(lid), WG, n, false);
   }
+#ifdef SG
+  CT v = sh[lid];
+  for (uint m = gl_SubgroupSize / 2u; m > 0u; m >>= 1) v = combine(v, subgroupShuffleXor(v, m));
+  barrier();
+  if (gl_SubgroupInvocationID == 0u) sh[gl_SubgroupID] = v;
+  barrier();
+  if (lid != 0u) return;
+  for (uint k = 1u; k < gl_NumSubgroups; ++k) v = combine(v, sh[k]);
+  sh[0] = v;
+#else
   barrier();
   for (uint s = WG / 2; s > 0; s >>= 1) {
     if (lid < s) sh[lid] = combine(sh[lid], sh[lid + s]);
     barrier();
   }
   if (lid != 0u) return;
-  if (pc.extra == 2u) part.v[g] = sh[0];
+#endif
+  if (RMODE == 2u) part.v[g] = sh[0];
   else store(ob, sh[0], n);
 }

@@ -5,7 +5,21 @@
 //   [25] inner rank  [26..33] shape [34..41] input strides [42..49] output strides
 //   [50] input offset [51] output offset [52] inner count [53] outer count
 //   params from RPARAMS = 54
-// pc.extra: 0 = one workgroup per row, 1 = one invocation per row.
+// RMODE (specialization constant 1; the push constant pc.extra carries the
+// same value): 0 = one workgroup per row, 1 = one invocation per row, and in
+// reduce/argreduce 2/3 = the split passes. A specialization constant, as
+// MODE in eltwise.glsl, so that lavapipe compiles only the mode it runs.
+layout(constant_id = 1) const uint RMODE = 0u;
+
+// -DSG (the _sg variants, for devices whose compute stage has subgroup
+// shuffles; the host picks them): workgroup reductions combine within a
+// subgroup by shuffles first, so one barrier replaces log2(WG) of them
+// (a barrier is costly on lavapipe, which runs a workgroup's invocations as
+// coroutines).
+#ifdef SG
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 #define R_OUTER 0
 #define R_INNER 25
 #define IN_OFF A(50)

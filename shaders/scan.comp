@@ -59,7 +59,7 @@ void main() {
   const int rows = int(pc.n);
   const int n = INNER_N;
   const uint lid = gl_LocalInvocationID.x;
-  if (pc.extra == 1u) {
+  if (RMODE == 1u) {
     const int row = int(group_linear()) * WG + int(lid);
     if (row >= rows) return;
     int ib, ob;

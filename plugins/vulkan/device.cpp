@@ -150,6 +150,17 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
   features.storage8 = (api12 || ext8) && f8.storageBuffer8BitAccess;
   features.float64 = f2.features.shaderFloat64;
   features.int64 = f2.features.shaderInt64;
+  {
+    VkPhysicalDeviceSubgroupProperties sg{};
+    sg.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+    VkPhysicalDeviceProperties2 p2{};
+    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+    p2.pNext = &sg;
+    vkGetPhysicalDeviceProperties2(phys, &p2);
+    features.subgroup_shuffle = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                                (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) &&
+                                (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
+  }
 
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qci{};

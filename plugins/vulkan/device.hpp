@@ -19,6 +19,7 @@ struct Features {
   bool storage8 = false;   // storageBuffer8BitAccess: i8, u8, bool
   bool float64 = false;    // shaderFloat64
   bool int64 = false;      // shaderInt64 (i64 arithmetic; i64 indices need none)
+  bool subgroup_shuffle = false;  // compute-stage subgroup shuffles (the _sg reductions)
 };
 
 class Device {

@@ -130,6 +130,8 @@ RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uin
 // Output strides per input dim for a reduction over `mask` whose output is
 // dense over the kept dims.
 std::array<int64_t, BP_MAX_RANK> reduced_out_strides(const bp_layout& in, uint32_t mask);
+// spec with the row mode as specialization constant 1 (RMODE, shaders/rows.glsl).
+std::vector<int32_t> row_spec(std::vector<int32_t> spec, uint32_t mode);
 void dispatch_rows(Call& c, const std::string& shader_name, const std::vector<int32_t>& spec,
                    std::vector<Binding> bindings, const Args& a, const RowPlan& p);
 

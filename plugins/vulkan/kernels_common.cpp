@@ -294,10 +294,16 @@ std::array<int64_t, BP_MAX_RANK> reduced_out_strides(const bp_layout& in, uint32
   return s;
 }
 
+std::vector<int32_t> row_spec(std::vector<int32_t> spec, uint32_t mode) {
+  spec.resize(2, 0);
+  spec[1] = static_cast<int32_t>(mode);
+  return spec;
+}
+
 void dispatch_rows(Call& c, const std::string& shader_name, const std::vector<int32_t>& spec,
                    std::vector<Binding> bindings, const Args& a, const RowPlan& p) {
   if (p.outer_n == 0) return;
-  const Pipeline& pl = c.dev.pipelines.get(shader_name, spec, static_cast<uint32_t>(bindings.size()));
+  const Pipeline& pl = c.dev.pipelines.get(shader_name, row_spec(spec, p.mode), static_cast<uint32_t>(bindings.size()));
   c.dev.exec.dispatch(pl, bindings, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op());
 }
 

@@ -9,6 +9,14 @@ namespace bpvk {
 
 namespace {
 
+// The reduce/norm shader of dtype d: the subgroup-shuffle variant
+// (shaders/rows.glsl: SG) for float-computed dtypes where the device has it.
+std::string rows_shader(const Call& c, const char* family, bp_dtype d) {
+  const bool sg = c.dev.features.subgroup_shuffle &&
+                  (d == BP_DTYPE_F32 || d == BP_DTYPE_F16 || d == BP_DTYPE_BF16);
+  return shader(family, d) + (sg ? "_sg" : "");
+}
+
 uint32_t dims_mask(const bp_layout& in, uint32_t n_dims, const int32_t* dims) {
   if (n_dims == 0) return in.rank == 0 ? 0u : ((1u << in.rank) - 1u);  // absent = all dims
   uint32_t m = 0;
@@ -46,13 +54,14 @@ void reduce_impl(Call& c) {
     Binding s = c.dev.exec.scratch(static_cast<uint64_t>(p.outer_n * P) * ct);
     a.i32(P);
     a.i32(chunk);
-    const Pipeline& pl = c.dev.pipelines.get(shader("reduce", d), {c.row.code}, 3);
+    const Pipeline& pl = c.dev.pipelines.get(rows_shader(c, "reduce", d), row_spec({c.row.code}, 2), 3);
+    const Pipeline& pl3 = c.dev.pipelines.get(rows_shader(c, "reduce", d), row_spec({c.row.code}, 3), 3);
     const Binding b1[] = {x.binding, o.binding, s};
     c.dev.exec.dispatch(pl, b1, a.w, static_cast<uint32_t>(p.outer_n), 2, static_cast<uint64_t>(p.outer_n * P), c.op());
     Binding s2 = s;
     s2.write = false;
     const Binding b2[] = {x.binding, o.binding, s2};
-    c.dev.exec.dispatch(pl, b2, a.w, static_cast<uint32_t>(p.outer_n), 3, static_cast<uint64_t>(p.outer_n), c.op());
+    c.dev.exec.dispatch(pl3, b2, a.w, static_cast<uint32_t>(p.outer_n), 3, static_cast<uint64_t>(p.outer_n), c.op());
     return;
   }
   a.i32(0);
@@ -60,7 +69,7 @@ void reduce_impl(Call& c) {
   Binding none = c.dev.exec.scratch(4);
   none.write = false;
   none.handle = 0;
-  dispatch_rows(c, shader("reduce", d), {c.row.code}, {x.binding, o.binding, none}, a, p);
+  dispatch_rows(c, rows_shader(c, "reduce", d), {c.row.code}, {x.binding, o.binding, none}, a, p);
 }
 
 void argreduce_impl(Call& c) {
@@ -79,7 +88,9 @@ void argreduce_impl(Call& c) {
   RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset);
   a.i32(ap.select_last_index ? 1 : 0);
   if (p.inner_n == 0) fail(BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": reduction over an empty dim");
-  const Pipeline& pl = c.dev.pipelines.get(shader("argreduce", d), {c.row.code}, 4);
+  auto pipeline = [&](uint32_t mode) -> const Pipeline& {
+    return c.dev.pipelines.get(shader("argreduce", d), row_spec({c.row.code}, mode), 4);
+  };
   if (p.mode == 0 && p.outer_n <= 16 && p.inner_n >= (1 << 16)) {
     // A few very long rows: partial (value, index) pairs per chunk, then a
     // pass over the partials (as in reduce_impl).
@@ -96,10 +107,10 @@ void argreduce_impl(Call& c) {
     a.i32(P);
     a.i32(chunk);
     const Binding b1[] = {x.binding, o.binding, sv, si};
-    c.dev.exec.dispatch(pl, b1, a.w, static_cast<uint32_t>(p.outer_n), 2, static_cast<uint64_t>(p.outer_n * P), c.op());
+    c.dev.exec.dispatch(pipeline(2), b1, a.w, static_cast<uint32_t>(p.outer_n), 2, static_cast<uint64_t>(p.outer_n * P), c.op());
     sv.write = si.write = false;
     const Binding b2[] = {x.binding, o.binding, sv, si};
-    c.dev.exec.dispatch(pl, b2, a.w, static_cast<uint32_t>(p.outer_n), 3, static_cast<uint64_t>(p.outer_n), c.op());
+    c.dev.exec.dispatch(pipeline(3), b2, a.w, static_cast<uint32_t>(p.outer_n), 3, static_cast<uint64_t>(p.outer_n), c.op());
     return;
   }
   a.i32(0);
@@ -109,7 +120,7 @@ void argreduce_impl(Call& c) {
   none.handle = 0;
   const Binding bs[] = {x.binding, o.binding, none, none};
   if (p.outer_n == 0) return;
-  c.dev.exec.dispatch(pl, bs, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op());
+  c.dev.exec.dispatch(pipeline(p.mode), bs, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op());
 }
 
 void param_ct(Args& a, bp_dtype d, double v) {
@@ -176,7 +187,7 @@ void norm_impl(Call& c) {
   a.i32(b.offset);
   param_ct(a, d, scalar);
   if (p.inner_n == 0 && op <= 1) return;  // nothing to normalise
-  dispatch_rows(c, shader("norm", d), {op}, {x.binding, o.binding, o2.binding, w.binding, b.binding}, a, p);
+  dispatch_rows(c, rows_shader(c, "norm", d), {op}, {x.binding, o.binding, o2.binding, w.binding, b.binding}, a, p);
 }
 
 }  // namespace
