@@ -140,11 +140,19 @@ bool plain_2d(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return (cs == 1 && rs >= cols) || (rs == 1 && cs >= rows);
 }
 
-// Splits [0, n) into `parts` near-equal ranges; piece i is [lo(i), lo(i+1)).
+// Splits [0, n) into `parts` near-equal ranges, each boundary a multiple of
+// `align` (oneDNN's blocking); piece i is [lo(i), lo(i+1)), possibly empty.
 struct Split {
-  int64_t n, parts;
-  int64_t lo(int64_t i) const { return i * n / parts; }
+  int64_t n, parts, align = 1;
+  int64_t lo(int64_t i) const {
+    if (i >= parts) return n;
+    return std::min(n, (i * n / parts + align - 1) / align * align);
+  }
 };
+
+// Several pieces per thread, so a thread that the OS parks does not hold
+// the others up (the host pool hands pieces out as threads come for them).
+constexpr int64_t kPiecesPerThread = 4;
 
 // Work below this many multiply-adds stays on the plugin's own kernels (the
 // per-call set-up of a oneDNN primitive, even cached, costs microseconds).
@@ -217,35 +225,45 @@ bool matmul(const Call& c, bp_dtype d, const std::vector<std::array<int64_t, 3>>
   if (!plain_2d(M, K, rsa, csa) || !plain_2d(K, N, rsb, csb)) return false;
 
   // Pieces: each batch whole when there are batches enough for the
-  // threads, else each product split along its longer output side.
+  // threads, else each product split by output columns (each piece then
+  // reformats only its own columns of b; a is read in place), or by rows
+  // when there are too few columns.
   const int64_t batches = static_cast<int64_t>(offs.size());
   const int64_t threads = num_threads(c);
-  const bool split_m = M >= N;
-  const int64_t side = split_m ? M : N;
-  int64_t parts = batches >= threads ? 1 : (threads + batches - 1) / batches;
-  while (parts > 1 && (side / parts < 16 || macs / static_cast<double>(parts) < kMinMacsPerThread)) --parts;
-  const Split split{side, parts};
+  const bool split_m = N < 128 && M > N;
+  const int64_t side = split_m ? M : N, align = split_m ? 16 : 64;
+  const int64_t want = threads * kPiecesPerThread;
+  int64_t parts = threads == 1 || batches >= want ? 1 : (want + batches - 1) / batches;
+  parts = std::min(parts, std::max<int64_t>(1, side / align));
+  while (parts > 1 && macs / static_cast<double>(parts) < kMinMacsPerThread) --parts;
+  const Split split{side, parts, parts > 1 ? align : 1};
 
-  // The one or two piece sizes' primitives, made on this thread (oneDNN
-  // caches them, so a plan run again finds them).
+  // The piece sizes' primitives (at most a few distinct), made on this
+  // thread (oneDNN caches them, so a plan run again finds them).
   OneThread one;
   struct Prim {
     int64_t size = -1;
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul prim;
   };
-  Prim prims[2];
+  std::vector<Prim> prims;
+  auto prim_for = [&](int64_t sz) -> const Prim* {
+    for (const Prim& p : prims)
+      if (p.size == sz) return &p;
+    return nullptr;
+  };
   try {
     for (int64_t i = 0; i < parts; ++i) {
       const int64_t sz = split.lo(i + 1) - split.lo(i);
-      if (prims[0].size == sz || prims[1].size == sz) continue;
-      Prim& p = prims[0].size < 0 ? prims[0] : prims[1];
+      if (sz <= 0 || prim_for(sz)) continue;
+      Prim p;
       const int64_t m = split_m ? sz : M, n = split_m ? N : sz;
       const dnnl::memory::desc a({m, K}, *t, dims{rsa, csa}), b({K, n}, *t, dims{rsb, csb}), y({m, n}, *t, dims{N, 1});
       p.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, y), user_scratchpad(), *g_engine);
       if (!fast_impl(p.pd.impl_info_str())) return false;
       p.prim = dnnl::matmul(p.pd);
       p.size = sz;
+      prims.push_back(std::move(p));
     }
   } catch (const dnnl::error&) {
     return false;  // a shape or layout this oneDNN does not take: the plugin's own GEMM runs
@@ -262,7 +280,8 @@ bool matmul(const Call& c, bp_dtype d, const std::vector<std::array<int64_t, 3>>
     for (int64_t i = i0; i < i1; ++i) {
       const auto& o = offs[static_cast<size_t>(i / parts)];
       const int64_t lo = split.lo(i % parts), sz = split.lo(i % parts + 1) - lo;
-      const Prim& p = prims[0].size == sz ? prims[0] : prims[1];
+      if (sz <= 0) continue;
+      const Prim& p = *prim_for(sz);
       const int64_t ao = o[0] + (split_m ? lo * rsa : 0), bo = o[1] + (split_m ? 0 : lo * csb),
                     yo = o[2] + (split_m ? lo * N : lo);
       run(p.prim, p.pd.scratchpad_desc(),
@@ -301,7 +320,7 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
 
   // Pieces: images over the threads.
   const int64_t threads = num_threads(c);
-  int64_t parts = std::min(threads, g.N);
+  int64_t parts = threads == 1 ? 1 : std::min(threads * kPiecesPerThread, g.N);
   while (parts > 1 && macs / static_cast<double>(parts) < kMinMacsPerThread) --parts;
   const Split split{g.N, parts};
 
