@@ -30,7 +30,7 @@ std::vector<Device*> test_devices(Runtime& rt) {
 
 HostTensor f32(Shape shape, std::vector<float> v) {
   HostTensor t(BP_DTYPE_F32, std::move(shape));
-  std::memcpy(t.data(), v.data(), std::min(t.nbytes(), v.size() * sizeof(float)));
+  if (!v.empty()) std::memcpy(t.data(), v.data(), std::min(t.nbytes(), v.size() * sizeof(float)));
   return t;
 }
 

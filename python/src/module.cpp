@@ -152,7 +152,7 @@ py::dict outputs(const Plan& plan, const std::vector<std::string>& names) {
 struct PyPlan {
   Plan plan;
   std::shared_ptr<Runtime> rt;
-  std::vector<std::string> outs;
+  std::vector<std::string> ins, outs;
 };
 
 // A DLManagedTensor from Python: its deleter runs with the GIL held, from
@@ -236,7 +236,7 @@ PYBIND11_MODULE(_backplane, m) {
       .def("__repr__", [](const Device& d) { return "<backplane.Device " + d.name() + " (" + d.kind() + ")>"; });
 
   py::class_<Tensor>(m, "Tensor")
-      .def_property_readonly("device", &Tensor::device, py::return_value_policy::reference)
+      .def_property_readonly("device", &Tensor::device, py::return_value_policy::reference_internal)
       .def_property_readonly("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); })
       .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); })
       .def_property_readonly("strides", [](const Tensor& t) { return py::tuple(py::cast(t.layout().strides())); })
@@ -380,14 +380,15 @@ PYBIND11_MODULE(_backplane, m) {
         return c;
       })
       .def("input_device", [](const PyPlan& p, const std::string& n) { return &p.plan.input_device(n); },
-           py::return_value_policy::reference)
+           py::return_value_policy::reference_internal)
       .def("describe", [](const PyPlan& p) { return p.plan.describe(); })
       .def("explain", [](const PyPlan& p) { return p.plan.explain(); })
       .def("profile", [](const PyPlan& p) {
         return py::module_::import("json").attr("loads")(p.plan.profile_json().dump());
       })
       .def("profile_table", [](const PyPlan& p) { return p.plan.profile_table(); })
-      .def_property_readonly("outputs_names", [](const PyPlan& p) { return p.outs; })
+      .def_property_readonly("output_names", [](const PyPlan& p) { return p.outs; })
+      .def_property_readonly("input_names", [](const PyPlan& p) { return p.ins; })
       .def_property_readonly("devices", [](const PyPlan& p) { return p.plan.devices(); });
 
   py::class_<Runtime, std::shared_ptr<Runtime>>(m, "Runtime")
@@ -428,6 +429,8 @@ PYBIND11_MODULE(_backplane, m) {
         }
         p.rt = rt;
         p.outs = g.outputs();
+        for (const auto& i : g.inputs())
+          if (!i.constant) p.ins.push_back(i.name);
         return p;
       }, py::arg("graph"), py::arg("device") = "auto", py::arg("keep") = std::vector<std::string>{},
           py::arg("profile") = false)

@@ -55,6 +55,7 @@ def test_numpy_round_trip_on_every_device(rt):
     assert "cpu" in names
     for dev in names:
         plan = rt.compile(affine(x.shape), dev)
+        assert plan.input_names == ["x", "w", "b"] and plan.output_names == ["y"]
         out = plan(x=x, w=w, b=b)
         assert set(out) == {"y"}
         np.testing.assert_allclose(out["y"], x * w + b, rtol=1e-6, atol=1e-6, err_msg=dev)
