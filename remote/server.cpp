@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <csignal>
 #include <cstdio>
 #include <map>
@@ -59,8 +61,9 @@ struct Watch {
 
 class Service final : public Remote::Service {
  public:
-  Service(std::vector<std::unique_ptr<ServedDevice>>& devices, const ServerOptions& options, Watch& watch)
-      : devices_(devices), options_(options), watch_(watch) {}
+  Service(std::vector<std::unique_ptr<ServedDevice>>& devices, const ServerOptions& options, Watch& watch,
+          std::atomic<int64_t>* progress)
+      : devices_(devices), options_(options), watch_(watch), progress_(progress) {}
 
   grpc::Status Session(grpc::ServerContext* context, grpc::ServerReaderWriter<Response, Request>* stream) override;
 
@@ -88,6 +91,7 @@ class Service final : public Remote::Service {
   std::vector<std::unique_ptr<ServedDevice>>& devices_;
   const ServerOptions& options_;
   Watch& watch_;
+  std::atomic<int64_t>* progress_;  // the running call, or -1 (isolated child only)
   std::atomic<int> sessions_{0};
 };
 
@@ -368,6 +372,7 @@ Response Service::batch(State& st, const Batch& b) {
       ctx.host = d.plugin->host();
       ctx.kernel_index = c.kernel;
       const auto& kd = d.plugin->api()->kernels[c.kernel];
+      if (progress_) progress_->store(static_cast<int64_t>(i));
       if (bp_error* e = kd.fn(&ctx, c.inputs.data(), c.inputs.size(), c.outputs.data(), c.outputs.size(),
                               c.layouts.data(), &c.params)) {
         code = d.plugin->api()->error_code(e);
@@ -390,6 +395,7 @@ Response Service::batch(State& st, const Batch& b) {
         }
       }
     }
+    if (progress_) progress_->store(-1);
     if (!error.empty()) return failure(code == BP_OK ? BP_ERR_INTERNAL : code, error, failed_call);
   }
   // Reads.
@@ -461,8 +467,19 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   if (devices.size() > kMaxDevices) devices.resize(kMaxDevices);
   if (devices.empty()) throw Error("serve: no device to offer (no plugin loaded a device)");
 
+  std::atomic<int64_t>* progress = nullptr;
+  if (!options.progress_file.empty()) {
+    const int fd = ::open(options.progress_file.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) throw Error("serve: cannot open the progress file " + options.progress_file);
+    void* m = ::mmap(nullptr, sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) throw Error("serve: cannot map the progress file " + options.progress_file);
+    static_assert(std::atomic<int64_t>::is_always_lock_free);
+    progress = static_cast<std::atomic<int64_t>*>(m);
+    progress->store(-1);
+  }
   Watch watch;
-  Service service(devices, options, watch);
+  Service service(devices, options, watch, progress);
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (tls) {

@@ -23,6 +23,10 @@ struct ServerOptions {
   // Set by `serve --ready-fd N`: the server writes one line there once it
   // accepts connections (a supervisor waits for it instead of polling).
   int ready_fd = -1;
+  // Set for an isolated child: an 8-byte file both processes map, where the
+  // server writes which call of the batch is running, so the host can name
+  // the node whose kernel crashed the child.
+  std::string progress_file;
 };
 
 // Checks the options (TLS and token over TCP, loopback rules), loads the

@@ -44,6 +44,7 @@ int cmd_serve(const Args& in) {
   const std::string threads = take_option(args, "--threads");
   const std::string ready_fd = take_option(args, "--ready-fd");
   const std::string plugin_dir = take_option(args, "--plugin-dir");
+  o.progress_file = take_option(args, "--progress-file");
   const bool child = take_switch(args, "--isolated-child");
   o.quiet = take_switch(args, "--quiet");
   for (std::string p; !(p = take_option(args, "--plugin")).empty();) o.plugins.push_back(p);

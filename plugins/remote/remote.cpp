@@ -26,7 +26,9 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <atomic>
 #include <chrono>
+#include <sys/mman.h>
 #include <csignal>
 #include <cstdlib>
 #include <fcntl.h>
@@ -97,6 +99,9 @@ std::string trim(std::string s) {
 struct Child {
   pid_t pid = -1;
   std::string dir, socket, token, log;
+  // Which call of the batch the child is running (it writes, we read when
+  // it dies): an 8-byte file both map.
+  std::atomic<int64_t>* progress = nullptr;
 };
 
 class Instance;
@@ -114,6 +119,7 @@ struct Server {
   uint64_t generation = 0;  // bumped at each (re)connect: handles carry it
   bool broken = true;
   std::string broken_reason;
+  int64_t lost_call = -1;  // the call running when an isolated child died
   std::mutex mu;  // one exchange at a time; guards everything below
   std::vector<Write> pending_writes;
   size_t pending_bytes = 0;
@@ -214,10 +220,24 @@ void Instance::start_child(Server& s) {
     ::close(fd);
     if (n != static_cast<ssize_t>(s.child.token.size())) throw sdk::Error(BP_ERR_UNAVAILABLE, who() + ": cannot write its token file");
   }
+  const std::string progress_file = s.child.dir + "/progress";
+  {
+    const int fd = ::open(progress_file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, sizeof(int64_t)) != 0) {
+      if (fd >= 0) ::close(fd);
+      throw sdk::Error(BP_ERR_UNAVAILABLE, who() + ": cannot create its progress file");
+    }
+    void* m = ::mmap(nullptr, sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) throw sdk::Error(BP_ERR_UNAVAILABLE, who() + ": cannot map its progress file");
+    s.child.progress = static_cast<std::atomic<int64_t>*>(m);
+    s.child.progress->store(-1);
+  }
   int ready[2];
   if (pipe2(ready, O_CLOEXEC) != 0) throw sdk::Error(BP_ERR_UNAVAILABLE, who() + ": pipe failed");
   std::vector<std::string> args = {server_exe_, "serve", "--unix", s.child.socket, "--token-file", token_file,
                                    "--plugin", name, "--plugin-dir", manifest_dir_, "--isolated-child",
+                                   "--progress-file", progress_file,
                                    "--ready-fd", "3", "--quiet"};
   if (deadline_ms_ > 0) {
     args.push_back("--deadline");
@@ -268,11 +288,13 @@ void Instance::start_child(Server& s) {
   }
   ::close(ready[0]);
   if (line.find("listening") == std::string::npos) {
+    describe_loss(s, "");  // how it ended, when it did
     std::string log;
     {
       std::ifstream f(s.child.log);
       log.assign((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     }
+    if (!s.broken_reason.empty()) log = s.broken_reason + (log.empty() ? "" : "; its log: " + trim(log));
     stop_child(s);
     if (log.size() > 2000) log = "..." + log.substr(log.size() - 2000);
     throw sdk::Error(BP_ERR_UNAVAILABLE, who() + ": its process did not start" + (log.empty() ? "" : ": " + trim(log)));
@@ -298,6 +320,10 @@ void Instance::stop_child(Server& s) {
       s.child.pid = -1;
     }
   }
+  if (s.child.progress) {
+    ::munmap(static_cast<void*>(s.child.progress), sizeof(int64_t));
+    s.child.progress = nullptr;
+  }
   if (!s.child.dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(s.child.dir, ec);
@@ -308,6 +334,7 @@ void Instance::stop_child(Server& s) {
 // What became of a lost session: for a child, how it ended.
 void Instance::describe_loss(Server& s, const std::string& what) {
   s.broken = true;
+  s.lost_call = s.child.progress ? s.child.progress->load() : -1;
   std::string why = what;
   if (s.child.pid > 0) {
     int status = 0;
@@ -747,6 +774,7 @@ bp_error* synchronize(bp_device* device) {
   std::lock_guard<std::mutex> lk(s.mu);
   std::vector<Call> calls;
   calls.swap(d->pending);
+  const bool was_broken = s.broken;
   try {
     Batch b;
     if (!calls.empty()) {
@@ -771,7 +799,8 @@ bp_error* synchronize(bp_device* device) {
       return call_error(static_cast<bp_status_code>(r.failure().code()), r.failure().message(), r.failure().call_index());
     return nullptr;
   } catch (const sdk::Error& e) {
-    return make_error(e.code(), e.what());
+    // A child that died in the middle names the call it was running.
+    return call_error(e.code(), e.what(), !was_broken && s.broken ? s.lost_call : -1);
   } catch (const std::exception& e) {
     return make_error(BP_ERR_INTERNAL, e.what());
   }

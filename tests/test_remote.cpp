@@ -1,0 +1,507 @@
+// Remote and isolated devices: `backplane serve` processes started here on a
+// unix socket in a private folder (loopback only), the remote plugin talking
+// to them, and plugins that crash, abort or hang, each in its own child.
+#ifdef BACKPLANE_HAVE_REMOTE
+
+#include "backplane_remote.grpc.pb.h"
+#include "codec.hpp"
+
+#include <backplane/backplane.hpp>
+#include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace backplane;
+namespace rp = backplane::remote;
+
+namespace {
+
+const std::string kBin = std::string(BACKPLANE_BIN_DIR) + "/backplane";
+
+std::string temp_dir() {
+  std::string t = (std::filesystem::temp_directory_path() / "bp-remote-test-XXXXXX").string();
+  REQUIRE(mkdtemp(t.data()) != nullptr);
+  return t;
+}
+
+// A `backplane serve` child on a unix socket, killed when it goes out of scope.
+struct Server {
+  std::string dir, socket, token = "0123456789abcdef0123456789abcdef";
+  pid_t pid = -1;
+
+  explicit Server(const std::vector<std::string>& extra = {"--plugin", "cpu"}) {
+    dir = temp_dir();
+    socket = dir + "/sock";
+    std::ofstream(dir + "/token") << token << "\n";
+    std::vector<std::string> args = {kBin, "serve", "--unix", socket, "--token-file", dir + "/token"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::string log = dir + "/log";
+    pid = fork();
+    if (pid == 0) {
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    REQUIRE(pid > 0);
+    for (int i = 0; i < 300 && !listening(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    INFO(read_log());
+    REQUIRE(listening());
+  }
+  ~Server() {
+    kill_now();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  void kill_now() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+  }
+  std::string read_log() const {
+    std::ifstream f(dir + "/log");
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  bool listening() const { return read_log().find("listening") != std::string::npos; }
+  std::string address() const { return "unix:" + socket; }
+};
+
+// Sets environment variables for the scope of a test.
+struct Env {
+  std::vector<std::string> names;
+  void set(const std::string& n, const std::string& v) {
+    setenv(n.c_str(), v.c_str(), 1);
+    names.push_back(n);
+  }
+  ~Env() {
+    for (auto& n : names) unsetenv(n.c_str());
+  }
+};
+
+std::unique_ptr<Runtime> runtime(std::vector<std::filesystem::path> extra = {}) {
+  RuntimeOptions o;
+  o.use_default_path = true;  // cpu, vulkan, remote
+  o.plugin_paths = std::move(extra);
+  return Runtime::create(o);
+}
+
+HostTensor f32(Shape shape, std::vector<float> v) {
+  HostTensor t(BP_DTYPE_F32, std::move(shape));
+  for (size_t i = 0; i < v.size(); ++i) t.set(static_cast<int64_t>(i), v[i]);
+  return t;
+}
+
+// y = (a + b) * a, softmax over the last dim of y: values by hand.
+Graph small_graph() {
+  Graph g;
+  g.input("a", BP_DTYPE_F32, {2, 3});
+  g.input("b", BP_DTYPE_F32, {3});
+  g.node("s", "add", {"a", "b"});
+  g.node("y", "mul", {"s", "a"});
+  g.node("p", "softmax", {"y"}, {{"dim", -1}});
+  g.output("y");
+  g.output("p");
+  return g;
+}
+
+void check_small(const std::map<std::string, HostTensor>& out) {
+  // a = [[1,2,3],[4,5,6]], b = [1,0,-1]: y = [[2,4,6],[20,25,30]]
+  const double y[] = {2, 4, 6, 20, 25, 30};
+  for (int i = 0; i < 6; ++i) CHECK(out.at("y").get(i) == y[i]);
+  for (int r = 0; r < 2; ++r) {
+    double sum = 0;
+    for (int c = 0; c < 3; ++c) sum += std::exp(y[r * 3 + c] - y[r * 3 + 2]);
+    for (int c = 0; c < 3; ++c) CHECK(std::abs(out.at("p").get(r * 3 + c) - std::exp(y[r * 3 + c] - y[r * 3 + 2]) / sum) < 1e-6);
+  }
+}
+
+std::map<std::string, HostTensor> small_inputs(float first = 1) {
+  return {{"a", f32({2, 3}, {first, 2, 3, 4, 5, 6})}, {"b", f32({3}, {1, 0, -1})}};
+}
+
+// A raw session with the server, as a hostile client would have.
+struct RawClient {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<rp::Remote::Stub> stub;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<rp::Request, rp::Response>> stream;
+  RawClient(const std::string& address, const std::string& token) {
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(100 << 20);
+    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    stub = rp::Remote::NewStub(channel);
+    ctx.AddMetadata(rp::kTokenKey, token);
+    stream = stub->Session(&ctx);
+  }
+  // The reply, or nullopt when the stream ended.
+  std::optional<rp::Response> ask(const rp::Request& r) {
+    rp::Response resp;
+    if (!stream->Write(r) || !stream->Read(&resp)) return std::nullopt;
+    return resp;
+  }
+  grpc::Status end() {
+    stream->WritesDone();
+    return stream->Finish();
+  }
+};
+
+rp::Request hello() {
+  rp::Request r;
+  r.mutable_hello()->set_protocol(rp::kProtocolVersion);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("remote: a served CPU device runs a graph, alone and beside a local device", "[remote]") {
+  Server server;
+  Env env;
+  env.set("BACKPLANE_REMOTE", server.address());
+  env.set("BACKPLANE_REMOTE_TOKEN_FILE", server.dir + "/token");
+  auto rt = runtime();
+  Device& remote = rt->device("cpu@" + server.address());
+  CHECK(remote.plugin_name() == "remote");
+  CHECK(remote.kind() == "cpu");
+  Plan plan = rt->compile(small_graph(), remote);
+  for (int run = 0; run < 3; ++run) check_small(plan.run(small_inputs()));  // runs 2 and 3 replay the batch
+
+  // The softmax pinned to the local CPU: one graph across both.
+  Graph g = small_graph();
+  g.pin("p", "cpu");
+  Plan split = rt->compile(g, rt->select_devices("cpu@" + server.address() + ",cpu"));
+  check_small(split.run(small_inputs()));
+  bool crossed = false;
+  for (const auto& t : split.transfers()) crossed |= t.from != t.to;
+  CHECK(crossed);
+}
+
+TEST_CASE("remote: a wrong token is refused and the other plugins keep working", "[remote]") {
+  Server server;
+  const std::string bad = server.dir + "/bad";
+  std::ofstream(bad) << "not-the-token-not-the-token\n";
+  Env env;
+  env.set("BACKPLANE_REMOTE", server.address());
+  env.set("BACKPLANE_REMOTE_TOKEN_FILE", bad);
+  auto rt = runtime();
+  REQUIRE_THROWS_WITH(rt->device("cpu@" + server.address()), Catch::Contains("refused the token"));
+  check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
+  // A raw client without the token learns nothing but the refusal.
+  RawClient raw(server.address(), "");
+  CHECK(!raw.ask(hello()));
+  const auto st = raw.end();
+  CHECK(st.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_CASE("remote: hostile requests get a refusal each; the server lives on", "[remote]") {
+  Server server;
+  RawClient c(server.address(), server.token);
+  auto h = c.ask(hello());
+  REQUIRE(h);
+  REQUIRE(h->has_hello());
+  REQUIRE(h->hello().devices_size() == 1);
+  const auto& kernels = h->hello().plugins(0).kernels();
+  uint32_t add = UINT32_MAX;
+  for (int i = 0; i < kernels.size(); ++i)
+    if (kernels.Get(i).op() == "add" && kernels.Get(i).dtypes(0) == BP_DTYPE_F32) add = static_cast<uint32_t>(i);
+  REQUIRE(add != UINT32_MAX);
+
+  auto alloc = [&](uint64_t size) {
+    rp::Request r;
+    r.mutable_allocate()->set_size(size);
+    return c.ask(r);
+  };
+  auto a = alloc(24);
+  REQUIRE(a);
+  REQUIRE(a->has_allocate());
+  const uint64_t buf = a->allocate().buffer();
+
+  // A well-formed add of two [2,3] f32 views of `buf` into itself.
+  auto good_call = [&] {
+    rp::Call call;
+    call.set_kernel(add);
+    for (int i = 0; i < 3; ++i) {
+      auto* s = i < 2 ? call.add_inputs() : call.add_outputs();
+      s->set_buffer(buf);
+      s->set_byte_size(24);
+      s->set_dtype(BP_DTYPE_F32);
+    }
+    for (int i = 0; i < 3; ++i) {
+      auto* l = call.add_layouts();
+      l->add_shape(2);
+      l->add_shape(3);
+      l->add_strides(3);
+      l->add_strides(1);
+    }
+    call.mutable_params()->set_kind(BP_PARAMS_NONE);
+    return call;
+  };
+  auto batch_with = [&](const rp::Call& call) {
+    rp::Request r;
+    *r.mutable_batch()->add_calls() = call;
+    return c.ask(r);
+  };
+  {
+    auto ok = batch_with(good_call());
+    REQUIRE(ok);
+    INFO(ok->failure().message());
+    CHECK(!ok->has_failure());
+  }
+  struct Case {
+    const char* what;
+    std::function<void(rp::Call&)> spoil;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"a buffer of no one", [](rp::Call& k) { k.mutable_inputs(0)->set_buffer(999); }, "does not own"},
+      {"bytes past the buffer", [](rp::Call& k) { k.mutable_inputs(1)->set_byte_size(4096); }, "spans bytes"},
+      {"a layout outside its storage", [](rp::Call& k) { k.mutable_layouts(0)->set_offset(5); }, "outside"},
+      {"a shape the op does not give", [](rp::Call& k) { k.mutable_layouts(2)->set_shape(0, 1); }, "the op gives"},
+      {"an input not broadcast", [](rp::Call& k) { k.mutable_layouts(1)->set_shape(0, 1); }, "broadcast"},
+      {"a rank of 9", [](rp::Call& k) { for (int i = 0; i < 7; ++i) { k.mutable_layouts(0)->add_shape(1); k.mutable_layouts(0)->add_strides(1); } }, "rank"},
+      {"a negative dim", [](rp::Call& k) { k.mutable_layouts(0)->set_shape(0, -2); }, "negative"},
+      {"an overflowing element count", [](rp::Call& k) { k.mutable_layouts(0)->set_shape(0, INT64_MAX / 2); }, ""},
+      {"a dtype that is none", [](rp::Call& k) { k.mutable_inputs(0)->set_dtype(77); }, "not a dtype"},
+      {"the wrong dtype", [](rp::Call& k) { k.mutable_inputs(0)->set_dtype(BP_DTYPE_I32); }, "the kernel takes"},
+      {"a kernel that is not there", [](rp::Call& k) { k.set_kernel(1u << 30); }, "no kernel"},
+      {"a device that is not there", [](rp::Call& k) { k.set_device(7); }, "no device"},
+      {"too few inputs", [](rp::Call& k) { k.mutable_inputs()->RemoveLast(); }, "inputs"},
+      {"params of another kind", [](rp::Call& k) { k.mutable_params()->set_kind(BP_PARAMS_TOPK); }, "params"},
+      {"a params kind that is none", [](rp::Call& k) { k.mutable_params()->set_kind(99); }, "unknown"},
+      {"slots on a plain output", [](rp::Call& k) { k.mutable_outputs(0)->add_slots(); }, "slots"},
+      {"a misaligned storage", [](rp::Call& k) { k.mutable_inputs(0)->set_byte_offset(4); k.mutable_inputs(0)->set_byte_size(20); }, "aligned"},
+  };
+  for (const auto& cs : cases) {
+    INFO(cs.what);
+    rp::Call call = good_call();
+    cs.spoil(call);
+    auto r = batch_with(call);
+    REQUIRE(r);
+    CHECK(r->has_failure());
+    CHECK_THAT(r->failure().message(), Catch::Contains(cs.says));
+  }
+  // Reads and writes outside buffers, replays that were never recorded, a
+  // free of nothing, an empty request, an allocation beyond memory.
+  {
+    rp::Request r;
+    auto* rd = r.mutable_batch()->add_reads();
+    rd->set_buffer(buf);
+    rd->set_offset(16);
+    rd->set_size(16);
+    auto resp = c.ask(r);
+    REQUIRE(resp);
+    CHECK(resp->has_failure());
+  }
+  {
+    rp::Request r;
+    auto* w = r.mutable_batch()->add_writes();
+    w->set_buffer(buf);
+    w->set_offset(UINT64_MAX - 2);
+    w->set_data("abcd");
+    auto resp = c.ask(r);
+    REQUIRE(resp);
+    CHECK(resp->has_failure());
+  }
+  {
+    rp::Request r;
+    r.mutable_batch()->set_replay(12345);
+    auto resp = c.ask(r);
+    REQUIRE(resp);
+    CHECK(resp->has_failure());
+  }
+  {
+    rp::Request r;
+    r.mutable_free()->set_buffer(424242);
+    auto resp = c.ask(r);
+    REQUIRE(resp);
+    CHECK(resp->has_failure());
+  }
+  {
+    auto resp = c.ask(rp::Request());
+    REQUIRE(resp);
+    CHECK(resp->has_failure());
+  }
+  {
+    auto resp = alloc(uint64_t{1} << 62);
+    REQUIRE(resp);
+    CHECK(resp->has_failure());
+  }
+  // Another session cannot reach this session's buffer.
+  {
+    RawClient other(server.address(), server.token);
+    REQUIRE(other.ask(hello()));
+    rp::Request r;
+    auto* rd = r.mutable_batch()->add_reads();
+    rd->set_buffer(buf);
+    rd->set_size(4);
+    auto resp = other.ask(r);
+    REQUIRE(resp);
+    CHECK(resp->has_failure());
+    other.end();
+  }
+  // Still serving.
+  auto again = batch_with(good_call());
+  REQUIRE(again);
+  CHECK(!again->has_failure());
+  c.end();
+}
+
+TEST_CASE("remote: garbage bytes and truncated messages do not hurt the server", "[remote]") {
+  Server server;
+  auto raw_send = [&](const std::string& bytes) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", server.socket.c_str());
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    (void)!::write(fd, bytes.data(), bytes.size());
+    ::close(fd);
+  };
+  std::string garbage(4096, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>((i * 2654435761u) >> 13);
+  raw_send(garbage);
+  // The HTTP/2 preface, then a frame header promising more than follows.
+  raw_send(std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + std::string("\x00\x10\x00\x01\x05\x00\x00\x00\x01\x00", 10));
+  // A message the protobuf decoder must reject: a Request whose bytes end midway.
+  rp::Request big;
+  big.mutable_batch()->add_writes()->set_data(std::string(1000, 'x'));
+  std::string bytes;
+  big.SerializeToString(&bytes);
+  rp::Request cut;
+  CHECK(!cut.ParseFromString(bytes.substr(0, bytes.size() / 2)));
+  // The server still serves a proper client.
+  Env env;
+  env.set("BACKPLANE_REMOTE", server.address());
+  env.set("BACKPLANE_REMOTE_TOKEN_FILE", server.dir + "/token");
+  auto rt = runtime();
+  check_small(rt->run_graph(small_graph(), rt->device("cpu@" + server.address()), small_inputs()));
+}
+
+TEST_CASE("remote: a server killed in the middle of a run is an error, not a hang", "[remote]") {
+  Server server;
+  Env env;
+  env.set("BACKPLANE_REMOTE", server.address());
+  env.set("BACKPLANE_REMOTE_TOKEN_FILE", server.dir + "/token");
+  auto rt = runtime();
+  // Enough matmuls for the run to take a while on the server.
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {768, 768});
+  std::string last = "x";
+  for (int i = 0; i < 24; ++i) {
+    const std::string n = "m" + std::to_string(i);
+    g.node(n, "matmul", {last, "x"});
+    last = n;
+  }
+  g.output(last);
+  Plan plan = rt->compile(g, rt->device("cpu@" + server.address()));
+  HostTensor x(BP_DTYPE_F32, {768, 768});
+  for (int64_t i = 0; i < x.numel(); ++i) x.set(i, (i % 7) * 1e-3);
+  auto run = std::async(std::launch::async, [&] { plan.run({{"x", x}}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto killed = std::chrono::steady_clock::now();
+  server.kill_now();
+  // Bounded wait: a hang fails the test instead of stalling it.
+  REQUIRE(run.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  INFO("error after " << seconds << " s");
+  REQUIRE_THROWS_WITH(run.get(), Catch::Contains("remote server"));
+  // The local CPU is unaffected.
+  check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
+}
+
+TEST_CASE("serve: refuses plain TCP, open interfaces and missing tokens", "[remote]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/token") << "0123456789abcdef0123456789abcdef";
+  auto serve = [&](const std::string& args) {
+    const std::string cmd = kBin + " serve " + args + " > " + dir + "/out 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream f(dir + "/out");
+    return std::make_pair(WEXITSTATUS(rc), std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()));
+  };
+  auto [rc1, out1] = serve("--listen 127.0.0.1:0 --token-file " + dir + "/token");
+  CHECK(rc1 != 0);
+  CHECK_THAT(out1, Catch::Contains("requires TLS"));
+  auto [rc2, out2] = serve("--listen 0.0.0.0:0 --insecure-loopback --token-file " + dir + "/token");
+  CHECK(rc2 != 0);
+  CHECK_THAT(out2, Catch::Contains("127.0.0.1"));
+  auto [rc3, out3] = serve("--unix " + dir + "/s");
+  CHECK(rc3 != 0);
+  CHECK_THAT(out3, Catch::Contains("token"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("isolation: a kernel that segfaults is an error naming plugin, kernel and node", "[remote][isolation]") {
+  auto rt = runtime({std::string(BACKPLANE_FIXTURE_DIR) + "/isolated"});
+  Graph g = small_graph();
+  g.pin("s", "fx_segv");
+  Plan plan = rt->compile(g, rt->select_devices("fx_segv,cpu"));
+  std::string placed;
+  for (const auto& p : plan.placement())
+    if (p.node == "s") placed = p.device;
+  REQUIRE(placed == "fx_segv");
+  // 666 makes the fixture's add crash.
+  try {
+    plan.run(small_inputs(666));
+    FAIL("the run should fail");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK_THAT(m, Catch::Contains("fx_segv"));
+    CHECK_THAT(m, Catch::Contains("'s'"));
+    CHECK_THAT(m, Catch::Contains("add"));
+    CHECK((m.find("SIGSEGV") != std::string::npos || m.find("exited") != std::string::npos));
+  }
+  // The host and the CPU plugin keep working.
+  check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
+  // The next use starts a fresh child.
+  Plan again = rt->compile(g, rt->select_devices("fx_segv,cpu"));
+  check_small(again.run(small_inputs()));
+}
+
+TEST_CASE("isolation: a plugin that aborts in initialize is rejected with its reason", "[remote][isolation]") {
+  auto rt = runtime({std::string(BACKPLANE_FIXTURE_DIR) + "/isolated"});
+  try {
+    rt->device("fx_initabort");
+    FAIL("the device should not load");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK_THAT(std::string(e.what()), Catch::Contains("fx_initabort"));
+    CHECK_THAT(std::string(e.what()), Catch::Contains("did not start"));
+  }
+  check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
+}
+
+TEST_CASE("isolation: a kernel that hangs past the deadline is an error", "[remote][isolation]") {
+  RuntimeOptions o;
+  o.plugin_paths = {std::string(BACKPLANE_FIXTURE_DIR) + "/isolated"};
+  o.isolate_deadline_ms = 300;
+  auto rt = Runtime::create(o);
+  Graph g = small_graph();
+  g.pin("s", "fx_hang");
+  Plan plan = rt->compile(g, rt->select_devices("fx_hang,cpu"));
+  auto run = std::async(std::launch::async, [&] { plan.run(small_inputs(666)); });
+  REQUIRE(run.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  REQUIRE_THROWS_WITH(run.get(), Catch::Contains("deadline"));
+  check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
+  check_small(rt->compile(g, rt->select_devices("fx_hang,cpu")).run(small_inputs()));
+}
+
+#endif  // BACKPLANE_HAVE_REMOTE
