@@ -134,7 +134,9 @@ struct RemoteDevice {
   std::string name, kind, description;
   uint64_t alignment = 16, max_buffer = 0;
   std::vector<uint32_t> kernel_map;  // our table index -> the server plugin's kernel, or UINT32_MAX
-  std::vector<Call> pending;         // since begin()
+  // Calls since begin(), per calling thread: plans on one device may run on
+  // several threads at once, each between its own begin() and synchronize().
+  std::map<std::thread::id, std::vector<Call>> pending;
 };
 
 // Buffer handles: the session's generation in the top 16 bits, the server's
@@ -744,7 +746,7 @@ bp_error* buffer_read(bp_device* device, uint64_t handle, uint64_t offset, void*
 bp_error* begin(bp_device* device) {
   auto* d = dev_of(device);
   std::lock_guard<std::mutex> lk(d->server->mu);
-  d->pending.clear();
+  d->pending[std::this_thread::get_id()].clear();
   return nullptr;
 }
 
@@ -764,7 +766,7 @@ bp_error* remote_kernel(const bp_kernel_context* ctx, const bp_storage* inputs, 
     for (size_t i = 0; i < n_outputs; ++i) encode_storage(outputs[i], live_id(s, outputs[i].buffer_handle), c.add_outputs());
     for (size_t i = 0; i < n_inputs + n_outputs; ++i) encode_layout(layouts[i], c.add_layouts());
     encode_params(*params, c.mutable_params());
-    d->pending.push_back(std::move(c));
+    d->pending[std::this_thread::get_id()].push_back(std::move(c));
   });
 }
 
@@ -773,7 +775,10 @@ bp_error* synchronize(bp_device* device) {
   Server& s = *d->server;
   std::lock_guard<std::mutex> lk(s.mu);
   std::vector<Call> calls;
-  calls.swap(d->pending);
+  if (auto it = d->pending.find(std::this_thread::get_id()); it != d->pending.end()) {
+    calls.swap(it->second);
+    d->pending.erase(it);
+  }
   const bool was_broken = s.broken;
   try {
     Batch b;
