@@ -436,3 +436,62 @@ TEST_CASE("profile gives each step's time as a table and as JSON", "[tensor][pro
   Plan q = rt->compile(affine({8}), rt->device("cpu"));
   CHECK_THAT(q.profile_table(), Catch::Contains("compile with CompileOptions::profile"));
 }
+
+TEST_CASE("bind_output refuses views, buffers the plan uses and other devices", "[tensor][zerocopy]") {
+  auto rt = make_runtime();
+  Device& cpu = rt->device("cpu");
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {4});
+  g.node("y", "neg", {"x"});
+  g.node("half", "slice", {"y"}, {{"dim", 0}, {"start", 0}, {"end", 2}});
+  g.node("z", "relu", {"x"});
+  g.output("y");
+  g.output("half");
+  g.output("z");
+  Plan p = rt->compile(g, cpu);
+  Aligned buf(64);
+  CHECK_THROWS_WITH(p.bind_output("half", buf.p, 8), Catch::Contains("the output is a view of a larger buffer"));
+  // The plan's own output buffer, or one bound already, cannot be bound again.
+  p.set_input("x", f32({4}, {1, 2, 3, 4}));
+  p.execute();
+  CHECK_THROWS_WITH(p.bind_output("half", p.output_tensor("y")), Catch::Contains("expected f32[2], got f32[4]"));
+  Tensor other_plans = rt->compile(unary("neg", {4}), cpu).output_tensor("y");  // another plan's buffer: fine
+  p.bind_output("y", other_plans);
+  CHECK_THROWS_WITH(p.bind_output("z", other_plans), Catch::Contains("already used by this plan"));
+  p.bind_output("y", Tensor{});
+  Tensor mine = rt->upload(f32({4}, {0, 0, 0, 0}), cpu);
+  p.bind_output("y", mine);
+  p.execute();
+  CHECK(values(mine.download()) == std::vector<float>{-1, -2, -3, -4});
+  CHECK(values(p.output("half")) == std::vector<float>{-1, -2});  // the view reads the bound buffer
+  // An input bound to the output's buffer is copied, not aliased.
+  p.set_input("x", mine);
+  CHECK(has_line(p.describe(), "it is bound as this plan's output 'y'"));
+  p.execute();
+  CHECK(values(p.output("y")) == std::vector<float>{1, 2, 3, 4});
+  for (Device* d : test_devices(*rt))
+    if (d != &cpu)
+      CHECK_THROWS_WITH(p.bind_output("y", rt->upload(f32({4}, {}), *d)),
+                        Catch::Contains("the buffer is on " + d->name() + "; the output is written on cpu"));
+}
+
+TEST_CASE("one Completion waited on from several threads", "[tensor][async][concurrency]") {
+  auto rt = make_runtime();
+  Plan p = rt->compile(unary("neg", {4096}), rt->device("cpu"));
+  HostTensor x(BP_DTYPE_F32, {4096});
+  for (int i = 0; i < 4096; ++i) x.as<float>()[i] = static_cast<float>(i);
+  for (int round = 0; round < 5; ++round) {
+    Completion c = p.submit({{"x", x}});
+    std::atomic<int> done{0};
+    std::vector<std::thread> waiters;
+    for (int t = 0; t < 3; ++t)
+      waiters.emplace_back([&] {
+        c.wait();
+        if (c.poll() && c.error() == nullptr) ++done;
+      });
+    for (auto& w : waiters) w.join();
+    CHECK(done == 3);
+    // The plan was locked until the run ended: this output is the run's.
+    CHECK(p.output("y").as<float>()[4095] == -4095.f);
+  }
+}
