@@ -46,7 +46,10 @@ TEST_CASE("vulkan: a data error found at synchronize names its node, as on the c
   const auto devs = devices_to_check(*rt);
   bool have_vulkan = false;
   for (auto* d : devs) have_vulkan = have_vulkan || d->plugin_name() == "vulkan";
-  if (!have_vulkan) SKIP("no vulkan device");
+  if (!have_vulkan) {
+    WARN("no vulkan device");
+    return;
+  }
 
   // Work before and after the failing node, so the failing call is neither
   // the first nor the last one recorded.
@@ -99,7 +102,7 @@ TEST_CASE("vulkan: a data error found at synchronize names its node, as on the c
       CHECK_THROWS(p.run({{"x", ok_x}, {"n", num}, {"d", zero_den}, {"t", table}, {"i", ok_idx}}));
       const auto out = p.run({{"x", ok_x}, {"n", num}, {"d", ok_den}, {"t", table}, {"i", ok_idx}});
       CHECK(out.at("quot").get_int(1) == 4);
-      CHECK(out.at("c").get(3) == 48.0);
+      CHECK(out.at("c").get(3) == 40.0);  // (4 + 4) * 4 + 8
     }
   }
 }

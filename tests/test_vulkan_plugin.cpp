@@ -186,7 +186,10 @@ bool logged(const std::string& what) {
 
 TEST_CASE("vulkan: error_call_index names the kernel call whose dispatch failed", "[vulkan][abi]") {
   Vk vk;
-  if (!vk.ok) SKIP("no Vulkan device");
+  if (!vk.ok) {
+    WARN("no Vulkan device");
+    return;
+  }
   REQUIRE(vk.api->error_call_index != nullptr);
   const float f[4] = {1, 2, 3, 4};
   const int32_t num[4] = {7, 8, 9, 10}, den[4] = {1, 2, 0, 5};
@@ -248,7 +251,10 @@ TEST_CASE("vulkan: the pipeline cache is written once per device and reloaded", 
   EnvVar old("BACKPLANE_VULKAN_PIPELINE_CACHE", "1");
   {
     Vk probe;
-    if (!probe.ok) SKIP("no Vulkan device");
+    if (!probe.ok) {
+      WARN("no Vulkan device");
+      return;
+    }
   }
   fs::remove_all(dir);
   g_log.clear();
