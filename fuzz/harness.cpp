@@ -369,6 +369,7 @@ void same_outcome(const Outcome& a, const Outcome& b, const std::string& what) {
 }  // namespace
 
 const std::string& last_note() { return g_note; }
+void set_note(const std::string& what) { g_note = what; }
 
 void prepare() { scratch(); }
 

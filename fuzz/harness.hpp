@@ -54,6 +54,14 @@ void prepare();
 // What the last harness call on this thread did, in a line ("refused: ...",
 // "accepted: ...", "ran on partial0: 2 outputs"), for fuzz_replay --verbose.
 const std::string& last_note();
+void set_note(const std::string& what);  // for harnesses in other files
+
+// The remote server's decoder and call check (fuzz/remote_harness.cpp; in
+// builds with gRPC only): bytes -> a protobuf Request -> each call of a batch
+// through remote::check_call against a fixed kernel table; a call it accepts
+// must be safe to run (storages inside buffers, layouts inside storages,
+// outputs dense), params must survive decode -> encode -> decode.
+int remote_one(const uint8_t* data, size_t size);
 
 // The folder(s) holding the partial plugin's manifest (and the CPU plugin's,
 // optionally), ':'-separated; plan_one reads it on first use. The default is

@@ -84,6 +84,9 @@ const Named kHarnesses[] = {
     {"fuzz_npy", backplane::fuzz::npy_one},
     {"fuzz_manifest", backplane::fuzz::manifest_one},
     {"fuzz_plan", backplane::fuzz::plan_one},
+#ifdef BACKPLANE_HAVE_REMOTE
+    {"fuzz_remote", backplane::fuzz::remote_one},
+#endif
 };
 
 std::vector<std::filesystem::path> files_under(const std::filesystem::path& p) {
