@@ -262,3 +262,10 @@ def test_graph_files_and_module_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "backplane", "run", str(tmp_path / "missing.json")], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 1 and "missing.json" in r.stderr
+
+
+def test_module_cli_conformance():
+    r = subprocess.run([sys.executable, "-m", "backplane", "conformance", "--plugin", "cpu", "--quick", "--quiet",
+                        "--compare", "none", "--filter", "add"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "conformance: passed" in r.stdout
