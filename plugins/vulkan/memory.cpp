@@ -126,6 +126,13 @@ Block* Memory::new_block(uint64_t size) {
   ai.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO;
   ai.buffer = b->buffer;
   b->address = dev_->get_buffer_address(dev_->dev, &ai);
+  if (b->address % 64 != 0) {
+    // Operand windows are 64-byte aligned within a block, and the shaders
+    // declare their references 16-byte aligned (shaders/dtypes.glsl).
+    vkDestroyBuffer(dev_->dev, b->buffer, nullptr);
+    vkFreeMemory(dev_->dev, b->memory, nullptr);
+    fail(BP_ERR_UNAVAILABLE, "vulkan: " + dev_->name + " placed a memory block at an address not 64-byte aligned");
+  }
   if (mapped_) {
     void* p = nullptr;
     vk_check(vkMapMemory(dev_->dev, b->memory, 0, VK_WHOLE_SIZE, 0, &p), "vkMapMemory");
