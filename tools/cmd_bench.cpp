@@ -393,6 +393,7 @@ int cmd_bench(const Args& in) {
       else if (c.bytes > 0) std::snprintf(buf, sizeof buf, "%.1f GB/s", c.bytes / t / 1e9), rate = buf;
       Json record = {{"case", c.name},
                      {"device", dev.name()},
+                     {"description", dev.description()},
                      {"threads", rt->num_threads()},
                      {"seconds", t},
                      {"gbps", c.bytes > 0 ? c.bytes / t / 1e9 : 0.0},
