@@ -64,6 +64,14 @@ CT nanmax(CT a, CT b) { return (isnan(a) || isnan(b)) ? a + b : max(a, b); }
   }
 #endif
 CT add2(CT a, CT b) { return a + b; }
+
+// acc += v with Kahan compensation c (nothing to compensate once infinite).
+void kahan_add(inout CT acc, inout CT c, CT v) {
+  precise CT y = v - c;
+  precise CT t = acc + y;
+  c = isinf(t) ? CT(0) : (t - acc) - y;
+  acc = t;
+}
 GROUP_REDUCE(group_sum, add2)
 GROUP_REDUCE(group_max, nanmax)
 
@@ -127,18 +135,21 @@ void main() {
     return;
   }
 
-  // layer_norm / var_mean: two-pass mean and variance.
+  // layer_norm / var_mean: two-pass mean and variance, each sum compensated
+  // (one invocation may sum a whole long row, see row_header).
   CT s = CT(0);
+  precise CT cs = CT(0);
   for (int i = first; i < n; i += step) {
     inner_offsets(i, ii, io);
-    s += LD(IN_DT, x.v[base + ii]);
+    kahan_add(s, cs, LD(IN_DT, x.v[base + ii]));
   }
   const CT mean = group_sum(s, group) / CT(n);
   CT q = CT(0);
+  precise CT cq = CT(0);
   for (int i = first; i < n; i += step) {
     inner_offsets(i, ii, io);
     CT d = LD(IN_DT, x.v[base + ii]) - mean;
-    q += d * d;
+    kahan_add(q, cq, d * d);
   }
   q = group_sum(q, group);
   if (OP == 3) {

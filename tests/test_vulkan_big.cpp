@@ -234,3 +234,21 @@ TEST_CASE("vulkan big: 600 MiB through add, sum, softmax and topk", "[vulkan][hu
   g.output("ti");
   vulkan_matches_cpu(g, {{"x", fill_f32({19200, 8192}, 11, 0.0f, 1.0f)}, {"b", fill_f32({8192}, 12, 0.0f, 1.0f)}});
 }
+
+// Not big: many long contiguous rows, which a CPU device (lavapipe) gives one
+// invocation each (kernels_common.cpp row_header); conformance's shapes have
+// too few rows to reach that path.
+TEST_CASE("vulkan: row kernels over many long rows match the cpu", "[vulkan]") {
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {4096, 300});
+  g.node("s", "sum", {"x"}, {{"dims", {-1}}});
+  g.node("mx", "max", {"x"}, {{"dims", {-1}}});
+  g.node("am", "argmax", {"x"}, {{"dim", -1}});
+  g.node("ls", "log_softmax", {"x"}, {{"dim", -1}});
+  g.node("ln", "layer_norm", {"x"}, {{"dims", {-1}}});
+  g.node("vm", "var_mean", {"x"}, {{"dims", {-1}}});
+  g.node("v", "view", {"vm"}, {{"slot", 0}});
+  g.node("m", "view", {"vm"}, {{"slot", 1}});
+  for (const char* o : {"s", "mx", "am", "ls", "ln", "v", "m"}) g.output(o);
+  vulkan_matches_cpu(g, {{"x", fill_f32({4096, 300}, 13, 0.0f, 1.0f)}});
+}

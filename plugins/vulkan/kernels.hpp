@@ -125,8 +125,10 @@ struct RowPlan {
 };
 // out_strides: the output stride of each input dim (0 where a reduction
 // collapses it). Writes the 54-word row header.
+// cpu_rows: the device is a CPU (long contiguous rows may go one per
+// invocation when there are many).
 RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uint32_t inner_mask, int64_t in_off,
-                   int64_t out_off, bool allow_per_thread = true);
+                   int64_t out_off, bool allow_per_thread = true, bool cpu_rows = false);
 // Output strides per input dim for a reduction over `mask` whose output is
 // dense over the kept dims.
 std::array<int64_t, BP_MAX_RANK> reduced_out_strides(const bp_layout& in, uint32_t mask);

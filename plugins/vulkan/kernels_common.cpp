@@ -247,8 +247,9 @@ void eltwise_header(Args& a, const Coalesced& c, const std::vector<int64_t>& off
 // inner_mask: bit d set when input dim d belongs to a row. out_strides: the
 // output stride of each input dim (0 where a reduction collapses it).
 RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uint32_t inner_mask, int64_t in_off,
-                   int64_t out_off, bool allow_per_thread) {
+                   int64_t out_off, bool allow_per_thread, bool cpu_rows) {
   RowPlan p;
+  bool inner_contiguous = false;
   for (int part = 0; part < 2; ++part) {
     const bool inner = part == 1;
     int64_t shape[BP_MAX_RANK], ist[BP_MAX_RANK], ost[BP_MAX_RANK];
@@ -265,6 +266,7 @@ RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uin
     (inner ? p.inner_n : p.outer_n) = n;
     Coalesced c = coalesce(r, shape, {ist, ost});
     if (n == 0) c.rank = 0;
+    if (inner) inner_contiguous = c.rank == 1 && c.strides[0][0] == 1;
     a.i32(c.rank);
     for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.shape[i] : 1);
     for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.strides[0][i] : 0);
@@ -274,7 +276,12 @@ RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uin
   a.i32(out_off);
   a.i32(p.inner_n);
   a.i32(p.outer_n);
-  const bool per_thread = allow_per_thread && (p.inner_n <= 32 || (p.inner_n < 256 && p.outer_n >= 2048));
+  // On a CPU device (lavapipe) many contiguous rows go one per invocation
+  // even when long: each lane streams its own row with no barriers, 2-3x
+  // faster than a workgroup per row there (a GPU wants the workgroup).
+  const bool per_thread =
+      allow_per_thread && (p.inner_n <= 32 || (p.inner_n < 256 && p.outer_n >= 2048) ||
+                           (cpu_rows && inner_contiguous && p.outer_n >= 2048));
   p.mode = per_thread ? 1 : 0;
   p.groups = per_thread ? ceil_div(p.outer_n, 256) : p.outer_n;
   BPVK_CHECK(p.groups < (1ull << 32), BP_ERR_UNIMPLEMENTED, "vulkan: too many rows");

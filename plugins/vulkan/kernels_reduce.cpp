@@ -17,6 +17,8 @@ std::string rows_shader(const Call& c, const char* family, bp_dtype d) {
   return shader(family, d) + (sg ? "_sg" : "");
 }
 
+bool cpu_device(const Call& c) { return c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+
 uint32_t dims_mask(const bp_layout& in, uint32_t n_dims, const int32_t* dims) {
   if (n_dims == 0) return in.rank == 0 ? 0u : ((1u << in.rank) - 1u);  // absent = all dims
   uint32_t m = 0;
@@ -39,7 +41,7 @@ void reduce_impl(Call& c) {
   Operand x = bind(c, c.in[0], in, d, false);
   Operand o = bind_dense(c, c.out[0], n_out, d, true);
   Args a;
-  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset);
+  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset, true, cpu_device(c));
   BPVK_CHECK(p.outer_n == n_out, BP_ERR_INVALID_ARGUMENT,
              std::string(c.op()) + ": output size does not match the reduction");
   if (p.inner_n == 0 && c.row.code >= 3)
@@ -85,7 +87,7 @@ void argreduce_impl(Call& c) {
   Operand x = bind(c, c.in[0], in, d, false);
   Operand o = bind_dense(c, c.out[0], n_out, BP_DTYPE_I64, true);
   Args a;
-  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset);
+  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset, true, cpu_device(c));
   a.i32(ap.select_last_index ? 1 : 0);
   if (p.inner_n == 0) fail(BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": reduction over an empty dim");
   auto pipeline = [&](uint32_t mode) -> const Pipeline& {
@@ -180,7 +182,7 @@ void norm_impl(Call& c) {
     o2.binding.handle = 0;  // same buffer as o: tracked once
     w = b = bind_dummy(c);
   }
-  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset);
+  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset, true, cpu_device(c));
   a.i32((have_w ? 1 : 0) | (have_b ? 2 : 0));
   a.i32(o2.offset);
   a.i32(w.offset);
