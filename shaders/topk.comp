@@ -5,6 +5,9 @@
 // order: value, NaN above every number, then lower index first), so the
 // output is sorted. Params (RPARAMS +): 0 k, 1 largest, 2 values offset,
 // 3 indices offset, 4 output stride of the dim.
+// RMODE 1 (k <= KMAX, many rows; the host's choice on CPU devices): one
+// invocation per row in one pass, keeping its best k in a sorted array
+// (most elements fail the first comparison, against the k-th best).
 #include "common.glsl"
 #include "rows.glsl"
 
@@ -34,10 +37,47 @@ bool before(CT va, int ia, CT vb, int ib) {
   return ia < ib;
 }
 
+#define KMAX 16
+
 void main() {
   const int rows = int(pc.n);
   const int n = INNER_N;
   const uint lid = gl_LocalInvocationID.x;
+  if (RMODE == 1u) {
+    const int r1 = int(group_linear()) * WG + int(lid);
+    if (r1 >= rows) return;
+    const int k = A(RPARAMS);
+    largest = A(RPARAMS + 1) != 0;
+    const int vo = A(RPARAMS + 2), io = A(RPARAMS + 3), ost = A(RPARAMS + 4);
+    int ib, ob;
+    row_offsets(R_OUTER, r1, ib, ob);
+    const int base = IN_OFF + ib;
+    const bool simple = A(R_INNER) == 1;
+    const int st = A(R_INNER + 9);
+    CT hv[KMAX];
+    int hx[KMAX];
+    int cnt = 0;
+    for (int i = 0; i < n; ++i) {
+      int ii = i * st, iu;
+      if (!simple) row_offsets(R_INNER, i, ii, iu);
+      const CT v = LD(IN_DT, x.v[base + ii]);
+      if (cnt == k && !before(v, i, hv[k - 1], hx[k - 1])) continue;
+      int j = cnt < k ? cnt : k - 1;
+      if (cnt < k) ++cnt;
+      while (j > 0 && before(v, i, hv[j - 1], hx[j - 1])) {
+        hv[j] = hv[j - 1];
+        hx[j] = hx[j - 1];
+        --j;
+      }
+      hv[j] = v;
+      hx[j] = i;
+    }
+    for (int r = 0; r < k; ++r) {
+      ov.v[vo + ob + r * ost] = SV(IN_DT, hv[r]);
+      oi.v[io + ob + r * ost] = ivec2(hx[r], 0);
+    }
+    return;
+  }
   const int row = int(group_linear());
   if (row >= rows) return;
   const int k = A(RPARAMS);

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 using namespace backplane;
 
@@ -251,4 +252,25 @@ TEST_CASE("vulkan: row kernels over many long rows match the cpu", "[vulkan]") {
   g.node("m", "view", {"vm"}, {{"slot", 1}});
   for (const char* o : {"s", "mx", "am", "ls", "ln", "v", "m"}) g.output(o);
   vulkan_matches_cpu(g, {{"x", fill_f32({4096, 300}, 13, 0.0f, 1.0f)}});
+}
+
+// topk's one-pass path (many rows, k <= 16, a CPU device): ties (lower index
+// first) and NaN (above every number) as on the cpu.
+TEST_CASE("vulkan: topk over many rows with ties and NaN matches the cpu", "[vulkan]") {
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {2048, 100});
+  g.node("hi", "topk", {"x"}, {{"k", 6}, {"dim", -1}});
+  g.node("lo", "topk", {"x"}, {{"k", 3}, {"dim", -1}, {"largest", false}});
+  g.node("hv", "view", {"hi"}, {{"slot", 0}});
+  g.node("hx", "view", {"hi"}, {{"slot", 1}});
+  g.node("lv", "view", {"lo"}, {{"slot", 0}});
+  g.node("lx", "view", {"lo"}, {{"slot", 1}});
+  for (const char* o : {"hv", "hx", "lv", "lx"}) g.output(o);
+  HostTensor x = fill_f32({2048, 100}, 14, 0.0f, 1.0f);
+  float* p = x.as<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    p[i] = std::floor(p[i] * 8.0f) / 8.0f;  // many ties
+    if (i % 97 == 3) p[i] = std::numeric_limits<float>::quiet_NaN();
+  }
+  vulkan_matches_cpu(g, {{"x", x}});
 }

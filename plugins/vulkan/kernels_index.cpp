@@ -104,6 +104,12 @@ void topk_impl(Call& c) {
   a.i32(ov.offset);
   a.i32(oi.offset);
   a.i32(rank == 0 ? 0 : os[dim]);
+  // On a CPU device with many rows and a small k: one pass per row in one
+  // invocation (shaders/topk.comp, RMODE 1) instead of k workgroup passes.
+  if (c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && tp.k <= 16 && p.outer_n >= 1024) {
+    p.mode = 1;
+    p.groups = ceil_div(p.outer_n, 256);
+  }
   dispatch_rows(c, shader("topk", d), {}, {x.binding, ov.binding, oi.binding}, a, p);
 }
 
