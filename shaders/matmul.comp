@@ -21,7 +21,63 @@ DECL_RW1(4, c, IN_DT)
 shared CT As[BK][BM];
 shared CT Bs[BK][BN];
 
+// DIRECT (specialization constant 0; the host's choice on CPU devices such
+// as lavapipe): no shared memory and no barriers. Invocation g computes a
+// 4x4 block of C straight from A and B (consecutive invocations take
+// consecutive column blocks, so their B loads are adjacent); a CPU's caches
+// do what the shared-memory tiles do on a GPU, where lavapipe's barriers and
+// lane-indexed shared loads made the tiled form ~30x slower than this.
+layout(constant_id = 0) const int DIRECT = 0;
+
+void batch_offsets(int bt, inout int ao, inout int bo, inout int co) {
+  int rem = bt;
+  for (int d = A(10) - 1; d >= 0; --d) {
+    int s = A(11 + d);
+    int q = rem / s;
+    int r = rem - q * s;
+    rem = q;
+    ao += r * A(19 + d);
+    bo += r * A(27 + d);
+    co += r * A(35 + d);
+  }
+}
+
+void main_direct() {
+  const int M = A(0), N = A(1), K = A(2);
+  const int nb = (N + 3) / 4, mb = (M + 3) / 4;
+  const int g = int(group_linear()) * 256 + int(gl_LocalInvocationID.x);
+  const int bt = g / (nb * mb);
+  if (bt >= int(pc.n)) return;
+  const int rest = g - bt * nb * mb;
+  const int m0 = (rest / nb) * 4, n0 = (rest % nb) * 4;
+  int ao = A(3), bo = A(6), co = A(9);
+  batch_offsets(bt, ao, bo, co);
+  const int a_sm = A(4), a_sk = A(5), b_sk = A(7), b_sn = A(8);
+  int ar[4], bc[4];
+  for (int i = 0; i < 4; ++i) ar[i] = ao + min(m0 + i, M - 1) * a_sm;  // rows past M repeat the last
+  for (int j = 0; j < 4; ++j) bc[j] = bo + min(n0 + j, N - 1) * b_sn;
+  CT acc[4][4];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) acc[i][j] = CT(0);
+  for (int k = 0; k < K; ++k) {
+    CT av[4], bv[4];
+    for (int i = 0; i < 4; ++i) av[i] = LD(IN_DT, a.v[ar[i] + k * a_sk]);
+    for (int j = 0; j < 4; ++j) bv[j] = LD(IN_DT, b.v[bc[j] + k * b_sk]);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (m0 + i >= M) break;
+    for (int j = 0; j < 4; ++j)
+      if (n0 + j < N) c.v[co + (m0 + i) * N + n0 + j] = SV(IN_DT, acc[i][j]);
+  }
+}
+
 void main() {
+  if (DIRECT != 0) {
+    main_direct();
+    return;
+  }
   const int M = A(0), N = A(1), K = A(2);
   const int tiles_n = (N + BN - 1) / BN, tiles_m = (M + BM - 1) / BM;
   const int g = int(group_linear());
