@@ -21,13 +21,14 @@ DECL_RW1(4, c, IN_DT)
 shared CT As[BK][BM];
 shared CT Bs[BK][BN];
 
-// DIRECT (specialization constant 0; the host's choice on CPU devices such
-// as lavapipe): no shared memory and no barriers. Invocation g computes a
+// The direct form (-DDIRECT_FORM, modules matmul_<dtype>_direct: the host's
+// choice on CPU devices such as lavapipe; a module of its own because
+// lavapipe's compile time grows with all the code in a module): no shared
+// memory and no barriers. Invocation g computes a
 // 4x4 block of C straight from A and B (consecutive invocations take
 // consecutive column blocks, so their B loads are adjacent); a CPU's caches
 // do what the shared-memory tiles do on a GPU, where lavapipe's barriers and
 // lane-indexed shared loads made the tiled form ~30x slower than this.
-layout(constant_id = 0) const int DIRECT = 0;
 
 void batch_offsets(int bt, inout int ao, inout int bo, inout int co) {
   int rem = bt;
@@ -73,11 +74,10 @@ void main_direct() {
   }
 }
 
+#ifdef DIRECT_FORM
+void main() { main_direct(); }
+#else
 void main() {
-  if (DIRECT != 0) {
-    main_direct();
-    return;
-  }
   const int M = A(0), N = A(1), K = A(2);
   const int tiles_n = (N + BN - 1) / BN, tiles_m = (M + BM - 1) / BM;
   const int g = int(group_linear());
@@ -132,3 +132,4 @@ void main() {
     }
   }
 }
+#endif

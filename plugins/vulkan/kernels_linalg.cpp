@@ -41,13 +41,13 @@ void matmul_impl(Call& c) {
   for (int k = 0; k < 3; ++k)
     for (int i = 0; i < BP_MAX_RANK; ++i) args.i32(i < bc.rank ? bc.strides[k][i] : 0);
   // A CPU device (lavapipe) takes the direct form: a 4x4 block of C per
-  // invocation, no shared memory (shaders/matmul.comp: DIRECT).
+  // invocation, no shared memory (shaders/matmul.comp: DIRECT_FORM).
   const bool direct = c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   const uint64_t groups = direct ? ceil_div(ceil_div(M, 4) * ceil_div(N, 4) * static_cast<uint64_t>(batch), 256)
                                  : ceil_div(M, 64) * ceil_div(N, 64) * static_cast<uint64_t>(batch);
   BPVK_CHECK(groups < (1ull << 31) && ceil_div(M, 4) * ceil_div(N, 4) * batch < (int64_t{1} << 31),
              BP_ERR_UNIMPLEMENTED, "matmul: too many tiles");
-  const Pipeline& p = c.dev.pipelines.get(shader("matmul", d), {direct ? 1 : 0}, 3);
+  const Pipeline& p = c.dev.pipelines.get(shader("matmul", d) + (direct ? "_direct" : ""), {}, 3);
   const Binding bs[] = {a.binding, b.binding, o.binding};
   c.dev.exec.dispatch(p, bs, args.w, static_cast<uint32_t>(batch), 0, groups, c.op());
 }
