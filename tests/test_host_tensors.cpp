@@ -151,7 +151,7 @@ TEST_CASE("weights uploaded once serve every run", "[tensor]") {
   }
 }
 
-TEST_CASE("a tensor on another device is copied in, and describe() says why", "[tensor]") {
+TEST_CASE("a tensor on another device is copied in and describe() says why", "[tensor]") {
   auto rt = make_runtime();
   auto devs = test_devices(*rt);
   if (devs.size() < 2) SUCCEED("one device only");
@@ -356,7 +356,7 @@ TEST_CASE("tensors outlive their plan and runtime", "[tensor]") {
   CHECK(values(y.download()) == std::vector<float>{0, 1});
 }
 
-TEST_CASE("submit runs asynchronously; wait reports the run's error naming the input or node", "[tensor][async]") {
+TEST_CASE("submit runs asynchronously and wait reports the run error naming the input or node", "[tensor][async]") {
   auto rt = make_runtime();
   auto devs = test_devices(*rt);
   std::vector<Plan> plans;
@@ -437,7 +437,7 @@ TEST_CASE("profile gives each step's time as a table and as JSON", "[tensor][pro
   CHECK_THAT(q.profile_table(), Catch::Contains("compile with CompileOptions::profile"));
 }
 
-TEST_CASE("bind_output refuses views, buffers the plan uses and other devices", "[tensor][zerocopy]") {
+TEST_CASE("bind_output refuses views and buffers the plan uses and other devices", "[tensor][zerocopy]") {
   auto rt = make_runtime();
   Device& cpu = rt->device("cpu");
   Graph g;
