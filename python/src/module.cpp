@@ -11,6 +11,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <cstring>
+#include <mutex>
 
 namespace py = pybind11;
 using namespace backplane;
@@ -153,7 +154,20 @@ struct PyPlan {
   Plan plan;
   std::shared_ptr<Runtime> rt;
   std::vector<std::string> ins, outs;
+  // plan(...) is atomic (its inputs, run and outputs), as Plan::run is in
+  // C++: taken with the GIL released, so a thread waiting for it never
+  // holds the GIL that the running call needs.
+  std::shared_ptr<std::mutex> call_mu = std::make_shared<std::mutex>();
 };
+
+std::unique_lock<std::mutex> lock_call(PyPlan& p) {
+  std::unique_lock<std::mutex> lk(*p.call_mu, std::try_to_lock);
+  if (!lk.owns_lock()) {
+    py::gil_scoped_release nogil;
+    lk.lock();
+  }
+  return lk;
+}
 
 // A DLManagedTensor from Python: its deleter runs with the GIL held, from
 // whatever thread lets the memory go.
@@ -314,7 +328,7 @@ PYBIND11_MODULE(_backplane, m) {
         }
         auto& p = c.plan.cast<PyPlan&>();
         return outputs(p.plan, p.outs);
-      }, "waits for the run; its outputs as NumPy arrays (raises the run's error)")
+      }, "waits for the run (raises its error); the plan's outputs as NumPy arrays, read when wait returns")
       .def("poll", [](const PyCompletion& c) { return c.c.poll(); })
       .def("error", [](PyCompletion& c) -> py::object {
         std::exception_ptr e;
@@ -337,6 +351,7 @@ PYBIND11_MODULE(_backplane, m) {
 
   py::class_<PyPlan>(m, "Plan")
       .def("__call__", [](PyPlan& p, py::kwargs kw) {
+        auto lk = lock_call(p);
         for (auto [k, v] : kw) set_input(p.rt.get(), p.plan, k.cast<std::string>(), v);
         {
           py::gil_scoped_release nogil;
@@ -370,6 +385,7 @@ PYBIND11_MODULE(_backplane, m) {
       }, py::arg("name"), py::arg("buffer"))
       .def("submit", [](py::object self, py::kwargs kw) {
         auto& p = self.cast<PyPlan&>();
+        auto lk = lock_call(p);
         for (auto [k, v] : kw) set_input(p.rt.get(), p.plan, k.cast<std::string>(), v);
         PyCompletion c;
         {
