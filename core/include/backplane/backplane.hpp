@@ -516,8 +516,10 @@ class Runtime {
 // Threads: every call on a Plan is safe from several threads. run() is atomic
 // as a whole (set inputs, execute, read outputs: another thread's calls on
 // the same plan wait), so concurrent run() calls never see each other's
-// inputs; the separate calls are each atomic but not together. Plans
-// compiled separately run in parallel. A Plan keeps what it needs of its
+// inputs; the separate calls are each atomic but not together. A submitted
+// run holds the plan from submit() until it ends. Plans compiled separately
+// run in parallel, and may share Tensors (each run locks the buffers it
+// reads or writes). A Plan keeps what it needs of its
 // Runtime (plugins, thread pool) alive: it stays usable, and is destroyed
 // safely, after the Runtime object is gone.
 class Plan {
