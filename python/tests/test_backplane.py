@@ -269,3 +269,24 @@ def test_module_cli_conformance():
                         "--compare", "none", "--filter", "add"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "conformance: passed" in r.stdout
+
+
+def test_cli_run_profile(tmp_path):
+    from backplane.__main__ import find_program
+    program = find_program()
+    if not program:
+        pytest.skip("the backplane program is not next to the package")
+    np.save(tmp_path / "x.npy", np.ones((8, 16), np.float32))
+    (tmp_path / "g.json").write_text(json.dumps({
+        "inputs": {"x": "x.npy", "w": {"value": [[1.0] * 4] * 16, "dtype": "f32"}},
+        "nodes": [{"name": "m", "op": "matmul", "inputs": ["x", "w"]}, {"name": "r", "op": "relu", "inputs": ["m"]}],
+        "outputs": ["r"],
+    }))
+    r = subprocess.run([program, "run", str(tmp_path / "g.json"), "--device", "cpu", "--profile", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    prof = json.loads(r.stdout)["profile"]
+    assert [(s["node"], s["op"]) for s in prof["steps"] if s["kind"] == "kernel"] == [("m", "matmul"), ("r", "relu")]
+    r = subprocess.run([program, "run", str(tmp_path / "g.json"), "--device", "cpu", "--profile"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "node 'm' (matmul)" in r.stdout and "total" in r.stdout
