@@ -29,6 +29,12 @@ constexpr size_t kMaxStringBytes = 4096;          // names, ops, descriptions
 constexpr size_t kMaxKernels = 1u << 16;
 constexpr size_t kMaxDevices = 1024;
 
+// HTTP/2 flow-control window and frame size both sides ask for: gRPC's
+// defaults (64 KiB window) hold a bulk transfer to a fraction of what the
+// link and TLS can do.
+constexpr int kWindowBytes = 32 << 20;
+constexpr int kFrameBytes = (1 << 24) - 1;
+
 // The gRPC metadata key that carries the token.
 constexpr const char* kTokenKey = "x-backplane-token";
 

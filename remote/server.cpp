@@ -62,8 +62,8 @@ struct Watch {
 class Service final : public Remote::Service {
  public:
   Service(std::vector<std::unique_ptr<ServedDevice>>& devices, const ServerOptions& options, Watch& watch,
-          std::atomic<int64_t>* progress)
-      : devices_(devices), options_(options), watch_(watch), progress_(progress) {}
+          std::atomic<int64_t>* progress, char* shm, uint64_t shm_size)
+      : devices_(devices), options_(options), watch_(watch), progress_(progress), shm_(shm), shm_size_(shm_size) {}
 
   grpc::Status Session(grpc::ServerContext* context, grpc::ServerReaderWriter<Response, Request>* stream) override;
 
@@ -92,8 +92,15 @@ class Service final : public Remote::Service {
   const ServerOptions& options_;
   Watch& watch_;
   std::atomic<int64_t>* progress_;  // the running call, or -1 (isolated child only)
+  char* shm_;                       // memory shared with the one client (isolated child only)
+  uint64_t shm_size_;
   std::atomic<int> sessions_{0};
 };
+
+bool can_import(const ServedDevice& d) {
+  const auto* api = d.plugin->api();
+  return api->struct_size >= offsetof(bp_plugin_api, buffer_import_host) + sizeof(void*) && api->buffer_import_host;
+}
 
 Response failure(bp_status_code code, const std::string& message, int64_t call_index = -1) {
   Response r;
@@ -181,6 +188,7 @@ Response Service::hello() {
   Response r;
   auto* h = r.mutable_hello();
   h->set_protocol(kProtocolVersion);
+  h->set_shared_memory(shm_ != nullptr);
   std::map<const Plugin*, int> plugin_index;
   for (auto& d : devices_) {
     if (!plugin_index.count(d->plugin)) {
@@ -207,14 +215,31 @@ Response Service::hello() {
     dd->set_plugin(d->plugin->info().name);
     for (size_t k = 0; k < d->supported.size(); ++k)
       if (d->supported[k]) dd->add_kernels(static_cast<uint32_t>(k));
+    dd->set_shm_buffers(shm_ && can_import(*d));
   }
   return r;
 }
 
 Response Service::allocate(State& st, const Allocate& a) {
   if (a.device() >= devices_.size()) return failure(BP_ERR_INVALID_ARGUMENT, "allocate: no device " + std::to_string(a.device()));
-  if (a.in_shm()) return failure(BP_ERR_INVALID_ARGUMENT, "allocate: this server shares no memory with the client");
   auto& d = *devices_[a.device()];
+  if (a.in_shm()) {
+    // A range of the shared memory becomes a buffer of the device in place.
+    uint64_t end = 0;
+    if (!shm_ || !can_import(d)) return failure(BP_ERR_INVALID_ARGUMENT, "allocate: no shared-memory buffers on this device");
+    if (__builtin_add_overflow(a.shm_offset(), a.size(), &end) || end > shm_size_ || a.size() == 0 ||
+        (d.info.buffer_alignment && a.shm_offset() % d.info.buffer_alignment != 0))
+      return failure(BP_ERR_INVALID_ARGUMENT, "allocate: not an aligned range of the shared memory");
+    bp_buffer buf{};
+    buf.struct_size = sizeof buf;
+    if (bp_error* e = d.plugin->api()->buffer_import_host(d.handle, shm_ + a.shm_offset(), a.size(), &buf))
+      return failure(d.plugin->api()->error_code(e), "allocate on " + d.device->name() + ": " + take(*d.plugin, e));
+    const uint64_t id = st.next_buffer++;
+    st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), shm_ + a.shm_offset()};
+    Response r;
+    r.mutable_allocate()->set_buffer(id);
+    return r;
+  }
   if (d.info.max_buffer_size && a.size() > d.info.max_buffer_size)
     return failure(BP_ERR_OUT_OF_MEMORY, "allocate: " + std::to_string(a.size()) + " bytes exceed " + d.device->name() +
                                              "'s largest buffer of " + std::to_string(d.info.max_buffer_size));
@@ -249,13 +274,26 @@ Response Service::batch(State& st, const Batch& b) {
     return {};
   };
   // Writes.
+  // [offset, offset + size) of the shared memory, or nullptr.
+  auto shared = [&](uint64_t offset, uint64_t size) -> char* {
+    uint64_t end = 0;
+    if (!shm_ || __builtin_add_overflow(offset, size, &end) || end > shm_size_) return nullptr;
+    return shm_ + offset;
+  };
   for (const auto& w : b.writes()) {
-    if (w.from_shm()) return failure(BP_ERR_INVALID_ARGUMENT, "write: this server shares no memory with the client");
+    const void* src = w.data().data();
+    uint64_t size = w.data().size();
+    if (w.from_shm()) {
+      if (!w.data().empty()) return failure(BP_ERR_INVALID_ARGUMENT, "write: both bytes and shared memory");
+      size = w.size();
+      src = shared(w.shm_offset(), size);
+      if (!src) return failure(BP_ERR_INVALID_ARGUMENT, "write: not inside the memory shared with this server");
+    }
     Buffer* buf = nullptr;
-    if (auto e = range(w.buffer(), w.offset(), w.data().size(), "write", buf); !e.empty())
+    if (auto e = range(w.buffer(), w.offset(), size, "write", buf); !e.empty())
       return failure(BP_ERR_INVALID_ARGUMENT, e);
     auto& d = *devices_[buf->device];
-    if (bp_error* e = d.plugin->api()->buffer_write(d.handle, buf->handle, w.offset(), w.data().data(), w.data().size()))
+    if (bp_error* e = d.plugin->api()->buffer_write(d.handle, buf->handle, w.offset(), src, size))
       return failure(d.plugin->api()->error_code(e), "write on " + d.device->name() + ": " + take(*d.plugin, e));
   }
   // Calls: checked (or a recorded sequence), then run.
@@ -401,9 +439,16 @@ Response Service::batch(State& st, const Batch& b) {
   // Reads.
   size_t total = 0;
   for (const auto& rd : b.reads()) {
-    if (rd.to_shm()) return failure(BP_ERR_INVALID_ARGUMENT, "read: this server shares no memory with the client");
     Buffer* buf = nullptr;
     if (auto e = range(rd.buffer(), rd.offset(), rd.size(), "read", buf); !e.empty()) return failure(BP_ERR_INVALID_ARGUMENT, e);
+    if (rd.to_shm()) {
+      char* dst = shared(rd.shm_offset(), rd.size());
+      if (!dst) return failure(BP_ERR_INVALID_ARGUMENT, "read: not inside the memory shared with this server");
+      auto& d = *devices_[buf->device];
+      if (bp_error* e = d.plugin->api()->buffer_read(d.handle, buf->handle, rd.offset(), dst, rd.size()))
+        return failure(d.plugin->api()->error_code(e), "read on " + d.device->name() + ": " + take(*d.plugin, e));
+      continue;
+    }
     total += rd.size();
     if (total > kMaxMessageBytes - (1u << 20)) return failure(BP_ERR_INVALID_ARGUMENT, "read: more than one reply can carry");
     auto& d = *devices_[buf->device];
@@ -478,8 +523,16 @@ int serve(Runtime& runtime, const ServerOptions& options) {
     progress = static_cast<std::atomic<int64_t>*>(m);
     progress->store(-1);
   }
+  char* shm = nullptr;
+  if (options.shm_fd >= 0) {
+    if (options.shm_size == 0 || options.shm_size > (uint64_t{1} << 40)) throw Error("serve: --shm-size out of range");
+    void* m = ::mmap(nullptr, options.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, options.shm_fd, 0);
+    if (m == MAP_FAILED) throw Error("serve: cannot map the shared memory (--shm-fd)");
+    ::close(options.shm_fd);
+    shm = static_cast<char*>(m);
+  }
   Watch watch;
-  Service service(devices, options, watch, progress);
+  Service service(devices, options, watch, progress, shm, options.shm_size);
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (tls) {
@@ -501,6 +554,8 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   // Dead peers are noticed: pings every 10 s on idle connections.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kFrameBytes);
 
   // SIGINT/SIGTERM end the server; blocked here so every thread inherits it.
   sigset_t stop;

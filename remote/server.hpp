@@ -27,6 +27,10 @@ struct ServerOptions {
   // server writes which call of the batch is running, so the host can name
   // the node whose kernel crashed the child.
   std::string progress_file;
+  // Set for an isolated child: a memfd its host passed (inherited fd) and its
+  // size. Bulk writes and reads then travel through it, not the socket.
+  int shm_fd = -1;
+  uint64_t shm_size = 0;
 };
 
 // Checks the options (TLS and token over TCP, loopback rules), loads the

@@ -214,4 +214,32 @@ void bench_multidevice(Runtime& rt, const std::vector<Device*>& list, const std:
   guarded("place_10000", [&] { bench_placement(rt, list, out); });
 }
 
+// Host <-> device bandwidth of one 256 MiB tensor (Runtime::upload and
+// Tensor::download_into): for a remote device the wire (or, isolated, the
+// shared memory) is the path being measured.
+void bench_io(Runtime& rt, Device& dev, const std::string& filter, double min_time, bool json, Json& results) {
+  const bool up = filter.empty() || std::string("upload_256M").find(filter) != std::string::npos;
+  const bool down = filter.empty() || std::string("download_256M").find(filter) != std::string::npos;
+  if (!up && !down) return;
+  Printer out{json, &results};
+  const uint64_t bytes = uint64_t{256} << 20;
+  HostTensor host(BP_DTYPE_F32, {static_cast<int64_t>(bytes / 4)});
+  std::memset(host.data(), 1, static_cast<size_t>(bytes));
+  try {
+    Tensor t = rt.upload(host, dev);
+    if (up) {
+      const double s = bench::median_seconds([&] { t = rt.upload(host, dev); }, min_time);
+      out.row("upload_256M", fmt("%.2f GB/s", bytes / s / 1e9), "host -> " + dev.name() + ", " + fmt("%.1f ms", s * 1e3),
+              {{"case", "upload_256M"}, {"device", dev.name()}, {"seconds", s}, {"gb_per_s", bytes / s / 1e9}});
+    }
+    if (down) {
+      const double s = bench::median_seconds([&] { t.download_into(host.data(), bytes); }, min_time);
+      out.row("download_256M", fmt("%.2f GB/s", bytes / s / 1e9), dev.name() + " -> host, " + fmt("%.1f ms", s * 1e3),
+              {{"case", "download_256M"}, {"device", dev.name()}, {"seconds", s}, {"gb_per_s", bytes / s / 1e9}});
+    }
+  } catch (const std::exception& e) {
+    out.row("upload_256M", "failed", e.what(), {{"case", "upload_256M"}, {"device", dev.name()}, {"error", e.what()}});
+  }
+}
+
 }  // namespace backplane::cli

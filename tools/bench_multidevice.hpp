@@ -12,4 +12,7 @@ namespace backplane::cli {
 void bench_multidevice(Runtime& rt, const std::vector<Device*>& list, const std::string& filter,
                        double min_time, bool json, Json& results);
 
+// upload_256M / download_256M on one device.
+void bench_io(Runtime& rt, Device& dev, const std::string& filter, double min_time, bool json, Json& results);
+
 }  // namespace backplane::cli

@@ -446,6 +446,7 @@ int cmd_bench(const Args& in) {
     }
     std::fflush(stdout);
   }
+  bench_io(*rt, *list[0], filter, min_time, json, results);
   if (list.size() >= 2) {
     if (!json) std::printf("\nacross %s and %s\n", list[0]->name().c_str(), list[1]->name().c_str());
     bench_multidevice(*rt, list, filter, min_time, json, results);

@@ -45,6 +45,8 @@ int cmd_serve(const Args& in) {
   const std::string ready_fd = take_option(args, "--ready-fd");
   const std::string plugin_dir = take_option(args, "--plugin-dir");
   o.progress_file = take_option(args, "--progress-file");
+  const std::string shm_fd = take_option(args, "--shm-fd");
+  const std::string shm_size = take_option(args, "--shm-size");
   const bool child = take_switch(args, "--isolated-child");
   o.quiet = take_switch(args, "--quiet");
   for (std::string p; !(p = take_option(args, "--plugin")).empty();) o.plugins.push_back(p);
@@ -64,6 +66,8 @@ int cmd_serve(const Args& in) {
   if (!deadline.empty()) o.deadline_ms = number(deadline, "--deadline (milliseconds)");
   if (!max_memory.empty()) o.max_session_bytes = static_cast<uint64_t>(number(max_memory, "--max-memory (bytes)"));
   if (!ready_fd.empty()) o.ready_fd = static_cast<int>(number(ready_fd, "--ready-fd"));
+  if (!shm_fd.empty()) o.shm_fd = static_cast<int>(number(shm_fd, "--shm-fd"));
+  if (!shm_size.empty()) o.shm_size = static_cast<uint64_t>(number(shm_size, "--shm-size"));
 
   RuntimeOptions ro;
   // The child runs its plugin in its own process: never isolated again, and

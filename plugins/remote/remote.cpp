@@ -102,7 +102,23 @@ struct Child {
   // Which call of the batch the child is running (it writes, we read when
   // it dies): an 8-byte file both map.
   std::atomic<int64_t>* progress = nullptr;
+  // Memory shared with the child (a memfd it inherits): bulk writes and
+  // reads are staged here instead of travelling through the socket.
+  char* shm = nullptr;
+  uint64_t shm_size = 0;
 };
+
+// The memory shared with an isolated child: a staging area for pieces of up
+// to kMaxChunkBytes, then an arena for buffers the child's plugin imports
+// (its devices are then BP_MEMORY_MAPPED: the host reads and writes them in
+// place). The arena is virtual: pages exist once touched, and a freed
+// buffer's pages are given back (MADV_REMOVE).
+constexpr uint64_t kShmBytes = 2 * kMaxChunkBytes;
+constexpr uint64_t kArenaBytes = uint64_t{64} << 30;
+constexpr uint64_t kRetainBytes = uint64_t{1} << 30;
+// Below this a write or read goes inline in the message: cheaper than a
+// round of staging.
+constexpr uint64_t kShmThreshold = 16 * 1024;
 
 class Instance;
 
@@ -123,6 +139,50 @@ struct Server {
   std::mutex mu;  // one exchange at a time; guards everything below
   std::vector<Write> pending_writes;
   size_t pending_bytes = 0;
+  int outstanding = 0;  // posted requests whose replies are not read yet
+  bool use_shm = false;  // the server mapped child.shm
+  uint64_t shm_used = 0;  // staged bytes of the pending batch
+  // Buffers in the arena, by handle: the mapping they live in (a dead
+  // child's stays mapped while the host holds its buffers), offset, size.
+  struct ShmBuffer {
+    char* base;
+    uint64_t offset, size;
+  };
+  std::unordered_map<uint64_t, ShmBuffer> shm_buffers;
+  std::map<uint64_t, uint64_t> arena_free;  // offset -> bytes, of the current mapping
+  uint64_t retained = 0;  // freed arena bytes whose pages were kept (about)
+  std::vector<std::pair<char*, uint64_t>> retired;  // mappings of dead children
+  // First fit, aligned; UINT64_MAX when the arena is full.
+  uint64_t arena_take(uint64_t size, uint64_t align) {
+    size = (size + 63) & ~uint64_t{63};
+    for (auto it = arena_free.begin(); it != arena_free.end(); ++it) {
+      const uint64_t start = (it->first + align - 1) / align * align;
+      if (start + size > it->first + it->second) continue;
+      const uint64_t off = it->first, len = it->second;
+      arena_free.erase(it);
+      retained -= std::min(retained, size);
+      if (start > off) arena_free[off] = start - off;
+      if (start + size < off + len) arena_free[start + size] = off + len - start - size;
+      return start;
+    }
+    return UINT64_MAX;
+  }
+  void arena_give(uint64_t off, uint64_t size) {
+    size = (size + 63) & ~uint64_t{63};
+    auto next = arena_free.lower_bound(off);
+    if (next != arena_free.end() && off + size == next->first) {
+      size += next->second;
+      next = arena_free.erase(next);
+    }
+    if (next != arena_free.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == off) {
+        prev->second += size;
+        return;
+      }
+    }
+    arena_free[off] = size;
+  }
   std::map<std::string, uint64_t> sequences;  // recorded batch text -> id
   uint64_t next_sequence = 1;
   Instance* owner = nullptr;
@@ -133,6 +193,7 @@ struct RemoteDevice {
   uint32_t index = 0;  // on the server
   std::string name, kind, description;
   uint64_t alignment = 16, max_buffer = 0;
+  bool shm_buffers = false;  // buffers live in the memory shared with the child
   std::vector<uint32_t> kernel_map;  // our table index -> the server plugin's kernel, or UINT32_MAX
   // Calls since begin(), per calling thread: plans on one device may run on
   // several threads at once, each between its own begin() and synchronize().
@@ -168,6 +229,8 @@ class Instance {
   void connect(Server& s);  // throws sdk::Error
   void describe_loss(Server& s, const std::string& what);
   Response exchange(Server& s, const Request& req);  // s.mu held; throws sdk::Error
+  void post(Server& s, const Request& req);          // sends without waiting for the reply
+  [[noreturn]] void lost(Server& s);
 
  private:
   void start_child(Server& s);
@@ -235,11 +298,29 @@ void Instance::start_child(Server& s) {
     s.child.progress = static_cast<std::atomic<int64_t>*>(m);
     s.child.progress->store(-1);
   }
+  const int shm_fd = memfd_create("backplane-isolate", MFD_CLOEXEC);
+  if (shm_fd < 0 || ftruncate(shm_fd, static_cast<off_t>(kShmBytes + kArenaBytes)) != 0) {
+    if (shm_fd >= 0) ::close(shm_fd);
+    throw sdk::Error(BP_ERR_UNAVAILABLE, who() + ": cannot create the memory it shares with its process");
+  }
+  {
+    void* m = ::mmap(nullptr, kShmBytes + kArenaBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, shm_fd, 0);
+    if (m == MAP_FAILED) {
+      ::close(shm_fd);
+      throw sdk::Error(BP_ERR_UNAVAILABLE, who() + ": cannot map the memory it shares with its process");
+    }
+    s.child.shm = static_cast<char*>(m);
+    s.child.shm_size = kShmBytes + kArenaBytes;
+    s.arena_free.clear();
+    s.arena_free[kShmBytes] = kArenaBytes;
+    s.retained = 0;
+  }
   int ready[2];
   if (pipe2(ready, O_CLOEXEC) != 0) throw sdk::Error(BP_ERR_UNAVAILABLE, who() + ": pipe failed");
   std::vector<std::string> args = {server_exe_, "serve", "--unix", s.child.socket, "--token-file", token_file,
                                    "--plugin", name, "--plugin-dir", manifest_dir_, "--isolated-child",
-                                   "--progress-file", progress_file,
+                                   "--progress-file", progress_file, "--shm-fd", "4",
+                                   "--shm-size", std::to_string(kShmBytes + kArenaBytes),
                                    "--ready-fd", "3", "--quiet"};
   if (deadline_ms_ > 0) {
     args.push_back("--deadline");
@@ -255,12 +336,14 @@ void Instance::start_child(Server& s) {
   const int log_fd = ::open(s.child.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   const pid_t pid = fork();
   if (pid == 0) {
-    // Only async-signal-safe calls until exec.
-    if (ready[1] != 3) {
-      dup2(ready[1], 3);
-    } else {
-      fcntl(3, F_SETFD, 0);
-    }
+    // Only async-signal-safe calls until exec. The pipe becomes fd 3 and the
+    // shared memory fd 4 (moved out of the way first, so neither clobbers
+    // the other).
+    const int r = fcntl(ready[1], F_DUPFD, 10), m = fcntl(shm_fd, F_DUPFD, 10);
+    dup2(r, 3);
+    dup2(m, 4);
+    ::close(r);
+    ::close(m);
     if (log_fd >= 0) {
       dup2(log_fd, 1);
       dup2(log_fd, 2);
@@ -269,6 +352,7 @@ void Instance::start_child(Server& s) {
     _exit(127);
   }
   ::close(ready[1]);
+  ::close(shm_fd);
   if (log_fd >= 0) ::close(log_fd);
   if (pid < 0) {
     ::close(ready[0]);
@@ -326,6 +410,18 @@ void Instance::stop_child(Server& s) {
     ::munmap(static_cast<void*>(s.child.progress), sizeof(int64_t));
     s.child.progress = nullptr;
   }
+  if (s.child.shm) {
+    // The host may still hold buffers in it (lost ones): it stays mapped
+    // until they are freed or the instance shuts down.
+    bool held = false;
+    for (const auto& [h, b] : s.shm_buffers) held |= b.base == s.child.shm;
+    if (held) s.retired.emplace_back(s.child.shm, s.child.shm_size);
+    else ::munmap(s.child.shm, s.child.shm_size);
+    s.child.shm = nullptr;
+    s.child.shm_size = 0;
+    s.arena_free.clear();
+  }
+  s.use_shm = false;
   if (!s.child.dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(s.child.dir, ec);
@@ -373,6 +469,8 @@ void Instance::connect(Server& s) {
   args.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kFrameBytes);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!s.ca_pem.empty()) {
     grpc::SslCredentialsOptions ssl;
@@ -395,6 +493,7 @@ void Instance::connect(Server& s) {
   s.sequences.clear();
   s.pending_writes.clear();
   s.pending_bytes = 0;
+  s.outstanding = 0;
   Request req;
   req.mutable_hello()->set_protocol(kProtocolVersion);
   Response r = exchange(s, req);
@@ -426,22 +525,47 @@ void Instance::connect(Server& s) {
     if (!ok) throw sdk::Error(BP_ERR_INVALID_ARGUMENT, s.address + ": the server sent a malformed device");
   }
   s.hello = h;
+  s.use_shm = h.shared_memory() && s.child.shm;
+  s.shm_used = 0;
+}
+
+void Instance::lost(Server& s) {
+  // The stream ended: a refusal, or a server that went away.
+  s.stream->WritesDone();
+  const grpc::Status st = s.stream->Finish();
+  std::string what = st.ok() ? "the server closed the session" : st.error_message();
+  if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) what = "the server refused the token";
+  else if (st.error_code() == grpc::StatusCode::UNAVAILABLE) what = "connection lost (" + st.error_message() + ")";
+  describe_loss(s, what);
+  throw sdk::Error(BP_ERR_UNAVAILABLE, who() + " (" + s.label + "): " + s.broken_reason);
+}
+
+void Instance::post(Server& s, const Request& req) {
+  if (s.broken) throw sdk::Error(BP_ERR_UNAVAILABLE, who() + " (" + s.label + "): " + s.broken_reason);
+  if (!s.stream->Write(req)) lost(s);
+  ++s.outstanding;
 }
 
 Response Instance::exchange(Server& s, const Request& req) {
-  if (s.broken) throw sdk::Error(BP_ERR_UNAVAILABLE, who() + " (" + s.label + "): " + s.broken_reason);
-  Response resp;
-  if (!s.stream->Write(req) || !s.stream->Read(&resp)) {
-    // The stream ended: a refusal, or a server that went away.
-    s.stream->WritesDone();
-    const grpc::Status st = s.stream->Finish();
-    std::string what = st.ok() ? "the server closed the session" : st.error_message();
-    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) what = "the server refused the token";
-    else if (st.error_code() == grpc::StatusCode::UNAVAILABLE) what = "connection lost (" + st.error_message() + ")";
-    describe_loss(s, what);
-    throw sdk::Error(BP_ERR_UNAVAILABLE, who() + " (" + s.label + "): " + s.broken_reason);
+  post(s, req);
+  // Replies come in order: those of posted batches first. The first failure
+  // among them is this exchange's answer (an error of a queued write shows
+  // at the next synchronize or read, as on an asynchronous device).
+  Response first_failure, resp;
+  bool failed = false;
+  while (s.outstanding > 0) {
+    if (!s.stream->Read(&resp)) {
+      s.outstanding = 0;
+      lost(s);
+    }
+    --s.outstanding;
+    if (resp.has_failure() && !failed && s.outstanding > 0) {
+      failed = true;
+      first_failure = resp;
+      first_failure.mutable_failure()->set_call_index(-1);  // not a call of this batch
+    }
   }
-  return resp;
+  return failed ? first_failure : resp;
 }
 
 void Instance::build_tables() {
@@ -584,6 +708,7 @@ bp_error* Instance::initialize(const bp_host_api* host) {
         d->description = (isolated_ ? "isolated: " : "remote: ") + dd.description();
         d->alignment = dd.buffer_alignment() ? dd.buffer_alignment() : 16;
         d->max_buffer = dd.max_buffer_size();
+        d->shm_buffers = isolated_ && s->use_shm && dd.shm_buffers();
         devices_.push_back(std::move(d));
       }
     }
@@ -605,7 +730,10 @@ void Instance::shutdown() {
     }
     s->stream.reset();
     s->context.reset();
+    s->shm_buffers.clear();
     stop_child(*s);
+    for (auto& [base, size] : s->retired) ::munmap(base, size);
+    s->retired.clear();
   }
   devices_.clear();
   servers_.clear();
@@ -632,6 +760,7 @@ Response flush(Server& s, Batch* extra = nullptr) {
   s.pending_writes.clear();
   s.pending_bytes = 0;
   Response r = s.owner->exchange(s, req);
+  s.shm_used = 0;  // the server is done with the staged bytes
   return r;
 }
 
@@ -643,7 +772,7 @@ bp_error* device_info(bp_device* device, bp_device_info* out) {
     out->name = sdk::to_bp(d->name);
     out->kind = sdk::to_bp(d->kind);
     out->description = sdk::to_bp(d->description);
-    out->memory_kind = BP_MEMORY_DEVICE;
+    out->memory_kind = d->shm_buffers ? BP_MEMORY_MAPPED : BP_MEMORY_DEVICE;
     out->buffer_alignment = d->alignment;
     out->max_buffer_size = d->max_buffer;
   });
@@ -664,13 +793,32 @@ bp_error* buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out) {
     Request req;
     req.mutable_allocate()->set_device(d->index);
     req.mutable_allocate()->set_size(size);
-    Response r = s.owner->exchange(s, req);
-    if (r.has_failure()) throw sdk::Error(static_cast<bp_status_code>(r.failure().code()), r.failure().message());
-    if (!r.has_allocate() || r.allocate().buffer() == 0 || r.allocate().buffer() >= (uint64_t{1} << 48))
+    uint64_t at = UINT64_MAX;
+    if (d->shm_buffers && s.use_shm && size > 0) {
+      at = s.arena_take(size, std::max<uint64_t>(d->alignment, 64));
+      if (at == UINT64_MAX) throw sdk::Error(BP_ERR_OUT_OF_MEMORY, s.owner->who() + ": its shared memory is full");
+      req.mutable_allocate()->set_in_shm(true);
+      req.mutable_allocate()->set_shm_offset(at);
+    }
+    Response r;
+    try {
+      r = s.owner->exchange(s, req);
+    } catch (...) {
+      if (at != UINT64_MAX && s.child.shm) s.arena_give(at, size);
+      throw;
+    }
+    if (r.has_failure() || !r.has_allocate() || r.allocate().buffer() == 0 || r.allocate().buffer() >= (uint64_t{1} << 48)) {
+      if (at != UINT64_MAX) s.arena_give(at, size);
+      if (r.has_failure()) throw sdk::Error(static_cast<bp_status_code>(r.failure().code()), r.failure().message());
       throw sdk::Error(BP_ERR_INTERNAL, "remote: a malformed allocation reply");
+    }
     out->handle = make_handle(s.generation, r.allocate().buffer());
     out->host_ptr = nullptr;
     out->size = size;
+    if (at != UINT64_MAX) {
+      out->host_ptr = s.child.shm + at;
+      s.shm_buffers[out->handle] = Server::ShmBuffer{s.child.shm, at, size};
+    }
   });
 }
 
@@ -678,6 +826,45 @@ void buffer_free(bp_device* device, uint64_t handle) {
   auto* d = dev_of(device);
   Server& s = *d->server;
   std::lock_guard<std::mutex> lk(s.mu);
+  // A buffer in the shared arena: its pages go back now, its range once the
+  // server let go of it.
+  auto shm = s.shm_buffers.find(handle);
+  if (shm != s.shm_buffers.end()) {
+    const auto b = shm->second;
+    s.shm_buffers.erase(shm);
+    const bool current = b.base == s.child.shm;
+    // Up to kRetainBytes of freed pages stay: the next buffer of that size
+    // reuses them without a page fault per 4 KiB (a plan run again, an
+    // upload repeated). Beyond that they go back to the system.
+    if (current && s.retained + b.size <= kRetainBytes) {
+      s.retained += b.size;
+    } else {
+      ::madvise(b.base + b.offset, b.size, MADV_REMOVE);
+    }
+    if (!current) {
+      // A dead child's mapping: unmapped with its last buffer.
+      bool held = false;
+      for (const auto& [h, o] : s.shm_buffers) held |= o.base == b.base;
+      if (!held)
+        for (auto it = s.retired.begin(); it != s.retired.end(); ++it)
+          if (it->first == b.base) {
+            ::munmap(it->first, it->second);
+            s.retired.erase(it);
+            break;
+          }
+    }
+    if (current && !s.broken && handle_generation(handle) == s.generation) {
+      try {
+        Request req;
+        req.mutable_free()->set_buffer(handle_id(handle));
+        s.sequences.clear();
+        s.owner->exchange(s, req);
+      } catch (...) {
+      }
+    }
+    if (current && s.child.shm) s.arena_give(b.offset, b.size);
+    return;
+  }
   if (s.broken || handle_generation(handle) != s.generation) return;  // gone with its session
   try {
     const uint64_t id = handle_id(handle);
@@ -699,13 +886,45 @@ bp_error* buffer_write(bp_device* device, uint64_t handle, uint64_t offset, cons
     auto* d = dev_of(device);
     Server& s = *d->server;
     std::lock_guard<std::mutex> lk(s.mu);
+    if (auto it = s.shm_buffers.find(handle); it != s.shm_buffers.end()) {
+      if (offset > it->second.size || size > it->second.size - offset)
+        throw sdk::Error(BP_ERR_INVALID_ARGUMENT, "remote: a write outside its buffer");
+      std::memcpy(it->second.base + it->second.offset + offset, src, size);  // in place
+      return;
+    }
     const uint64_t id = live_id(s, handle);
     const char* p = static_cast<const char*>(src);
+    if (s.use_shm && size >= kShmThreshold) {
+      // Staged in the shared memory; the message carries only where.
+      for (uint64_t done = 0; done < size;) {
+        const uint64_t n = std::min<uint64_t>(size - done, kMaxChunkBytes);
+        if (s.shm_used + n > kShmBytes) {
+          Response r = flush(s);
+          if (r.has_failure()) throw sdk::Error(static_cast<bp_status_code>(r.failure().code()), r.failure().message());
+        }
+        std::memcpy(s.child.shm + s.shm_used, p + done, n);
+        Write w;
+        w.set_buffer(id);
+        w.set_offset(offset + done);
+        w.set_from_shm(true);
+        w.set_shm_offset(s.shm_used);
+        w.set_size(n);
+        s.pending_writes.push_back(std::move(w));
+        s.shm_used += n;
+        done += n;
+      }
+      return;
+    }
     for (uint64_t done = 0; done < size || (size == 0 && done == 0);) {
       const uint64_t n = std::min<uint64_t>(size - done, kMaxChunkBytes);
-      if (s.pending_bytes + n > kMaxChunkBytes * 2) {
-        Response r = flush(s);
-        if (r.has_failure()) throw sdk::Error(static_cast<bp_status_code>(r.failure().code()), r.failure().message());
+      if (s.pending_bytes + n > kMaxChunkBytes) {
+        // Sent now, its reply read later: the next piece is copied while
+        // the server takes this one.
+        Request req;
+        for (auto& w : s.pending_writes) *req.mutable_batch()->add_writes() = std::move(w);
+        s.pending_writes.clear();
+        s.pending_bytes = 0;
+        s.owner->post(s, req);
       }
       Write w;
       w.set_buffer(id);
@@ -724,20 +943,41 @@ bp_error* buffer_read(bp_device* device, uint64_t handle, uint64_t offset, void*
     auto* d = dev_of(device);
     Server& s = *d->server;
     std::lock_guard<std::mutex> lk(s.mu);
+    if (auto it = s.shm_buffers.find(handle); it != s.shm_buffers.end()) {
+      if (offset > it->second.size || size > it->second.size - offset)
+        throw sdk::Error(BP_ERR_INVALID_ARGUMENT, "remote: a read outside its buffer");
+      std::memcpy(dst, it->second.base + it->second.offset + offset, size);  // in place
+      return;
+    }
     const uint64_t id = live_id(s, handle);
     char* p = static_cast<char*>(dst);
     for (uint64_t done = 0; done < size;) {
       const uint64_t n = std::min<uint64_t>(size - done, kMaxChunkBytes);
+      const bool staged = s.use_shm && n >= kShmThreshold;
+      if (staged && s.shm_used + n > kShmBytes) {
+        Response r = flush(s);  // the queued writes' staged bytes first
+        if (r.has_failure()) throw sdk::Error(static_cast<bp_status_code>(r.failure().code()), r.failure().message());
+      }
+      const uint64_t at = s.shm_used;
       Batch b;
       auto* rd = b.add_reads();
       rd->set_buffer(id);
       rd->set_offset(offset + done);
       rd->set_size(n);
+      if (staged) {
+        rd->set_to_shm(true);
+        rd->set_shm_offset(at);
+      }
       Response r = flush(s, &b);
       if (r.has_failure()) throw sdk::Error(static_cast<bp_status_code>(r.failure().code()), r.failure().message());
-      if (r.batch().reads_size() != 1 || r.batch().reads(0).size() != n)
-        throw sdk::Error(BP_ERR_INTERNAL, "remote: a read reply of the wrong size");
-      std::memcpy(p + done, r.batch().reads(0).data(), n);
+      if (staged) {
+        if (r.batch().reads_size() != 0) throw sdk::Error(BP_ERR_INTERNAL, "remote: a read reply of the wrong form");
+        std::memcpy(p + done, s.child.shm + at, n);
+      } else {
+        if (r.batch().reads_size() != 1 || r.batch().reads(0).size() != n)
+          throw sdk::Error(BP_ERR_INTERNAL, "remote: a read reply of the wrong size");
+        std::memcpy(p + done, r.batch().reads(0).data(), n);
+      }
       done += n;
     }
   });
