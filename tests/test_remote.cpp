@@ -507,4 +507,31 @@ TEST_CASE("isolation: a kernel that hangs past the deadline is an error", "[remo
   check_small(rt->compile(g, rt->select_devices("fx_hang,cpu")).run(small_inputs()));
 }
 
+TEST_CASE("isolation: a garbage error pointer and a crashing library constructor are contained", "[remote][isolation]") {
+  auto rt = runtime({std::string(BACKPLANE_FIXTURE_DIR) + "/isolated"});
+  Graph g = small_graph();
+  g.pin("s", "fx_badptr");
+  Plan plan = rt->compile(g, rt->select_devices("fx_badptr,cpu"));
+  try {
+    plan.run(small_inputs(666));
+    FAIL("the run should fail");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK_THAT(std::string(e.what()), Catch::Contains("fx_badptr"));
+    CHECK_THAT(std::string(e.what()), Catch::Contains("node 's'"));
+  }
+  // The plan's buffers went with the child: it says so, and a new plan works.
+  REQUIRE_THROWS_WITH(plan.run(small_inputs()), Catch::Contains("compile the plan again"));
+  check_small(rt->compile(g, rt->select_devices("fx_badptr,cpu")).run(small_inputs()));
+  // A library whose constructor crashes is loaded only in the child.
+  try {
+    rt->device("fx_ctorcrash");
+    FAIL("the device should not load");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK_THAT(std::string(e.what()), Catch::Contains("fx_ctorcrash"));
+    CHECK_THAT(std::string(e.what()), Catch::Contains("did not start"));
+  }
+  check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
+}
 #endif  // BACKPLANE_HAVE_REMOTE

@@ -452,6 +452,12 @@ void Instance::describe_loss(Server& s, const std::string& what) {
         why = WEXITSTATUS(status) == 3 ? "it ran past its deadline of " + std::to_string(deadline_ms_) + " ms and its process was ended"
                                        : "its process exited with status " + std::to_string(WEXITSTATUS(status));
       }
+      // What it said last (a sanitizer's report, a plugin's complaint).
+      std::ifstream f(s.child.log);
+      std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      log = trim(log);
+      if (log.size() > 400) log = "..." + log.substr(log.size() - 400);
+      if (!log.empty() && what != "") why += "; its last words: " + log;
     }
   }
   s.broken_reason = why;
