@@ -117,7 +117,7 @@ TEST_CASE("vulkan big: add with row and column broadcast over 200 MiB", "[vulkan
                      1e-5);
 }
 
-TEST_CASE("vulkan big: sum, max and the var_mean bundle over 200 MiB", "[vulkan][big]") {
+TEST_CASE("vulkan big: sum and max and the var_mean bundle over 200 MiB", "[vulkan][big]") {
   Graph g;
   g.input("x", BP_DTYPE_F32, {6400, 8192});
   g.node("s", "sum", {"x"}, {{"dims", {1}}});
@@ -218,7 +218,7 @@ TEST_CASE("vulkan big: a tensor larger than the device can allocate is refused b
 
 // 600 MiB through an add, a sum, a softmax and a topk; hidden (about 3 GiB of
 // host memory across both devices): `backplane_tests "[huge]"`.
-TEST_CASE("vulkan big: 600 MiB through add, sum, softmax and topk", "[vulkan][huge][.]") {
+TEST_CASE("vulkan big: 600 MiB through add and sum and softmax and topk", "[vulkan][huge][.]") {
   Graph g;
   g.input("x", BP_DTYPE_F32, {19200, 8192});  // 600 MiB
   g.input("b", BP_DTYPE_F32, {8192});

@@ -41,7 +41,7 @@ HostTensor f32(Shape s, std::vector<double> v) { return HostTensor::from_doubles
 
 }  // namespace
 
-TEST_CASE("vulkan: a data error found at synchronize names its node, as on the cpu", "[vulkan][errors]") {
+TEST_CASE("vulkan: a data error found at synchronize names its node as on the cpu", "[vulkan][errors]") {
   auto rt = error_runtime();
   const auto devs = devices_to_check(*rt);
   bool have_vulkan = false;
