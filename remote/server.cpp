@@ -584,9 +584,12 @@ int serve(Runtime& runtime, const ServerOptions& options) {
 
   std::atomic<bool> done{false};
   std::thread stopper([&] {
-    int sig = 0;
-    sigwait(&stop, &sig);
-    if (!done) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    const timespec tick{0, 200 * 1000 * 1000};
+    while (!done)
+      if (sigtimedwait(&stop, nullptr, &tick) > 0) {
+        server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+        return;
+      }
   });
   std::thread watchdog;
   if (options.deadline_ms > 0)
@@ -606,7 +609,6 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   server->Wait();
   done = true;
   g_server = nullptr;
-  pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
   if (watchdog.joinable()) watchdog.join();
   return 0;

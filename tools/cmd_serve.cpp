@@ -8,6 +8,8 @@
 #include "server.hpp"
 
 #include <chrono>
+#include <csignal>
+#include <pthread.h>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -68,6 +70,15 @@ int cmd_serve(const Args& in) {
   if (!ready_fd.empty()) o.ready_fd = static_cast<int>(number(ready_fd, "--ready-fd"));
   if (!shm_fd.empty()) o.shm_fd = static_cast<int>(number(shm_fd, "--shm-fd"));
   if (!shm_size.empty()) o.shm_size = static_cast<uint64_t>(number(shm_size, "--shm-size"));
+
+  // SIGINT/SIGTERM end the server through its own handler thread: blocked
+  // before any thread exists (the runtime's pool included), so no other
+  // thread takes them with their default action.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
   RuntimeOptions ro;
   // The child runs its plugin in its own process: never isolated again, and
