@@ -371,6 +371,26 @@ int cmd_bench(const Args& in) {
       std::printf("%-26s %12s %12s   plain C++ c=a+b, 16M f32, %u threads: the roof below\n", "stream", human_time(t).c_str(), buf,
                   rt->num_threads());
   }
+  // A Vulkan device's own roofs, measured by the raw program in this run: a
+  // vec4 copy (bandwidth) and an FMA loop (compute). Each case then reports
+  // its fraction of the roof that bounds it.
+  double roof_gbps = 0, roof_gflops = 0;
+  if (raw.available() && !cases.empty()) {
+    try {
+      auto roofs = raw.run({"roof_copy", "roof_fma"});
+      roof_gbps = roofs["roof_copy"].value("gbps", 0.0);
+      roof_gflops = roofs["roof_fma"].value("gflops", 0.0);
+      if (json) {
+        results.push_back({{"case", "roof_copy"}, {"device", dev.name()}, {"gbps", roof_gbps}});
+        results.push_back({{"case", "roof_fma"}, {"device", dev.name()}, {"gflops", roof_gflops}});
+      } else {
+        std::printf("%-26s %12s %9.1f GB/s   raw vec4 copy: the bandwidth roof\n", "roof_copy", "", roof_gbps);
+        std::printf("%-26s %12s %6.1f GFLOP/s   raw FMA loop: the compute roof\n", "roof_fma", "", roof_gflops);
+      }
+    } catch (const std::exception& e) {
+      raw.say(std::string("raw Vulkan roofs unavailable: ") + e.what());
+    }
+  }
   for (auto& c : cases) {
     // The raw baseline first, right before the plugin's timing of the same work.
     std::map<std::string, Json> raw_results;
@@ -402,8 +422,15 @@ int cmd_bench(const Args& in) {
       // cache-resident chains and single elements.
       const bool memory_bound = c.bytes >= 32.0 * (1 << 20) && c.flops == 0;
       if (memory_bound && stream_gbps > 0) record["stream_fraction"] = c.bytes / t / 1e9 / stream_gbps;
+      double roof = 0;
+      if (c.flops > 0 && roof_gflops > 0) roof = c.flops / t / 1e9 / roof_gflops;
+      else if (c.bytes > 0 && roof_gbps > 0) roof = c.bytes / t / 1e9 / roof_gbps;
+      if (roof > 0) record["roof_fraction"] = roof;
       if (!json) {
-        if (memory_bound && stream_gbps > 0)
+        if (roof > 0)
+          std::printf("%-26s %12s %12s   %3.0f%% of the %s roof\n", c.name.c_str(), human_time(t).c_str(), rate.c_str(),
+                      100.0 * roof, c.flops > 0 ? "compute" : "bandwidth");
+        else if (memory_bound && stream_gbps > 0)
           std::printf("%-26s %12s %12s   %3.0f%% of stream\n", c.name.c_str(), human_time(t).c_str(), rate.c_str(),
                       100.0 * c.bytes / t / 1e9 / stream_gbps);
         else

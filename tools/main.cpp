@@ -48,7 +48,7 @@ const char* kUsage = R"(usage: backplane <command> [options]
 
 commands:
   devices [--json]                      every manifest found, each device, its load status
-  run GRAPH.json [--device LIST] [--out DIR] [--explain] [--json] [--max-memory BYTES]
+  run GRAPH.json [--device LIST] [--out DIR] [--explain] [--profile] [--json] [--max-memory BYTES]
                                         run a graph file; outputs go to DIR/<name>.npy;
                                         LIST: devices in order of preference (acme0,cpu) or auto;
                                         --explain shows where each node runs and every transfer
