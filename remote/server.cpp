@@ -240,6 +240,11 @@ Response Service::allocate(State& st, const Allocate& a) {
     r.mutable_allocate()->set_buffer(id);
     return r;
   }
+  // No plugin sees a request for more than this machine has.
+  static const uint64_t physical = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (a.size() > physical)
+    return failure(BP_ERR_OUT_OF_MEMORY, "allocate: " + std::to_string(a.size()) + " bytes exceed this machine's memory of " +
+                                             std::to_string(physical));
   if (d.info.max_buffer_size && a.size() > d.info.max_buffer_size)
     return failure(BP_ERR_OUT_OF_MEMORY, "allocate: " + std::to_string(a.size()) + " bytes exceed " + d.device->name() +
                                              "'s largest buffer of " + std::to_string(d.info.max_buffer_size));
