@@ -887,15 +887,23 @@ void buffer_free(bp_device* device, uint64_t handle) {
   }
 }
 
+// Bytes [offset, offset + size) of a buffer in the shared arena (the host
+// reads and writes those in place), or nullptr for any other buffer.
+char* shm_span(Server& s, uint64_t handle, uint64_t offset, uint64_t size) {
+  auto it = s.shm_buffers.find(handle);
+  if (it == s.shm_buffers.end()) return nullptr;
+  if (offset > it->second.size || size > it->second.size - offset)
+    throw sdk::Error(BP_ERR_INVALID_ARGUMENT, "remote: bytes outside their buffer");
+  return it->second.base + it->second.offset + offset;
+}
+
 bp_error* buffer_write(bp_device* device, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
   return sdk::guard([&] {
     auto* d = dev_of(device);
     Server& s = *d->server;
     std::lock_guard<std::mutex> lk(s.mu);
-    if (auto it = s.shm_buffers.find(handle); it != s.shm_buffers.end()) {
-      if (offset > it->second.size || size > it->second.size - offset)
-        throw sdk::Error(BP_ERR_INVALID_ARGUMENT, "remote: a write outside its buffer");
-      std::memcpy(it->second.base + it->second.offset + offset, src, size);  // in place
+    if (char* at = shm_span(s, handle, offset, size)) {
+      std::memcpy(at, src, size);  // in place
       return;
     }
     const uint64_t id = live_id(s, handle);
@@ -949,10 +957,8 @@ bp_error* buffer_read(bp_device* device, uint64_t handle, uint64_t offset, void*
     auto* d = dev_of(device);
     Server& s = *d->server;
     std::lock_guard<std::mutex> lk(s.mu);
-    if (auto it = s.shm_buffers.find(handle); it != s.shm_buffers.end()) {
-      if (offset > it->second.size || size > it->second.size - offset)
-        throw sdk::Error(BP_ERR_INVALID_ARGUMENT, "remote: a read outside its buffer");
-      std::memcpy(dst, it->second.base + it->second.offset + offset, size);  // in place
+    if (const char* at = shm_span(s, handle, offset, size)) {
+      std::memcpy(dst, at, size);  // in place
       return;
     }
     const uint64_t id = live_id(s, handle);
