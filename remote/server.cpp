@@ -561,6 +561,7 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kFrameBytes);
+  builder.AddChannelArgument(GRPC_ARG_OPTIMIZATION_TARGET, std::string("latency"));
 
   // SIGINT/SIGTERM end the server; blocked here so every thread inherits it.
   sigset_t stop;

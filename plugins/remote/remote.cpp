@@ -477,6 +477,7 @@ void Instance::connect(Server& s) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
   args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kFrameBytes);
+  args.SetString(GRPC_ARG_OPTIMIZATION_TARGET, "latency");
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!s.ca_pem.empty()) {
     grpc::SslCredentialsOptions ssl;
