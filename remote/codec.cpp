@@ -133,11 +133,13 @@ std::string decode_layout(const Layout& in, bp_layout& out) {
     return "a layout has " + std::to_string(in.shape_size()) + " dims and " + std::to_string(in.strides_size()) +
            " strides";
   out.rank = static_cast<uint32_t>(in.shape_size());
+  // As the core holds shapes: the non-zero dims multiply to at most 2^62,
+  // so a kernel multiplying dims never overflows, even for an empty tensor.
   int64_t count = 1;
   for (int i = 0; i < in.shape_size(); ++i) {
     if (in.shape(i) < 0) return "a negative dim (" + std::to_string(in.shape(i)) + ")";
-    if (count != 0 && __builtin_mul_overflow(count, in.shape(i), &count)) return "the element count overflows";
-    if (count > (int64_t{1} << 62)) return "more than 2^62 elements";
+    const int64_t d = in.shape(i) ? in.shape(i) : 1;
+    if (__builtin_mul_overflow(count, d, &count) || count > (int64_t{1} << 62)) return "more than 2^62 elements";
     out.shape[i] = in.shape(i);
     out.strides[i] = in.strides(i);
   }

@@ -13,9 +13,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <csignal>
 #include <cstdio>
@@ -73,13 +76,14 @@ class Service final : public Remote::Service {
     uint64_t handle;
     uint64_t size;
     void* host_ptr;
+    bool counted;  // device memory against --max-memory (not shared-memory imports)
   };
   struct State {
     std::unordered_map<uint64_t, Buffer> buffers;
     uint64_t next_buffer = 1;
     uint64_t bytes = 0;
     std::unordered_map<uint64_t, std::vector<CheckedCall>> sequences;
-    size_t sequence_calls = 0;
+    size_t sequence_bytes = 0;  // what the recorded sequences hold (about)
   };
 
   Response handle(State& st, const Request& req);
@@ -96,6 +100,23 @@ class Service final : public Remote::Service {
   uint64_t shm_size_;
   std::atomic<int> sessions_{0};
 };
+
+// What a checked call holds in memory, about: recorded sequences and one
+// batch's checked calls are bounded by it, not by their (much smaller) wire size.
+size_t calls_bytes(const std::vector<CheckedCall>& calls) {
+  size_t n = 0;
+  for (const auto& c : calls) {
+    n += sizeof(CheckedCall) + c.json.size();
+    n += c.inputs.size() * (sizeof(bp_storage) + sizeof(bp_layout) + sizeof(uint64_t));
+    n += sizeof(bp_storage) + sizeof(bp_layout) + sizeof(uint64_t);
+    for (const auto& sl : c.output_slots) n += sl.size() * sizeof(bp_bundle_slot);
+  }
+  return n;
+}
+
+constexpr size_t kMaxCheckedBytes = size_t{256} << 20;   // one batch's checked calls
+constexpr size_t kMaxRecordedBytes = size_t{256} << 20;  // one session's recorded sequences
+constexpr size_t kMaxBuffers = size_t{1} << 16;          // buffers one session holds
 
 bool can_import(const ServedDevice& d) {
   const auto* api = d.plugin->api();
@@ -161,7 +182,7 @@ Response Service::handle(State& st, const Request& req) {
             for (auto id : c.input_buffers) uses |= id == it->first;
           for (const auto& c : s->second) uses |= c.output_buffers[0] == it->first;
           if (uses) {
-            st.sequence_calls -= s->second.size();
+            st.sequence_bytes -= std::min(st.sequence_bytes, calls_bytes(s->second));
             s = st.sequences.erase(s);
           } else {
             ++s;
@@ -169,7 +190,7 @@ Response Service::handle(State& st, const Request& req) {
         }
         auto& d = *devices_[it->second.device];
         d.plugin->api()->buffer_free(d.handle, it->second.handle);
-        st.bytes -= it->second.size;
+        if (it->second.counted) st.bytes -= it->second.size;
         st.buffers.erase(it);
         return Response();
       }
@@ -223,6 +244,8 @@ Response Service::hello() {
 Response Service::allocate(State& st, const Allocate& a) {
   if (a.device() >= devices_.size()) return failure(BP_ERR_INVALID_ARGUMENT, "allocate: no device " + std::to_string(a.device()));
   auto& d = *devices_[a.device()];
+  if (st.buffers.size() >= kMaxBuffers)
+    return failure(BP_ERR_OUT_OF_MEMORY, "allocate: a session holds at most " + std::to_string(kMaxBuffers) + " buffers");
   if (a.in_shm()) {
     // A range of the shared memory becomes a buffer of the device in place.
     uint64_t end = 0;
@@ -235,7 +258,7 @@ Response Service::allocate(State& st, const Allocate& a) {
     if (bp_error* e = d.plugin->api()->buffer_import_host(d.handle, shm_ + a.shm_offset(), a.size(), &buf))
       return failure(d.plugin->api()->error_code(e), "allocate on " + d.device->name() + ": " + take(*d.plugin, e));
     const uint64_t id = st.next_buffer++;
-    st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), shm_ + a.shm_offset()};
+    st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), shm_ + a.shm_offset(), false};
     Response r;
     r.mutable_allocate()->set_buffer(id);
     return r;
@@ -255,8 +278,24 @@ Response Service::allocate(State& st, const Allocate& a) {
   buf.struct_size = sizeof buf;
   if (bp_error* e = d.plugin->api()->buffer_allocate(d.handle, a.size(), &buf))
     return failure(d.plugin->api()->error_code(e), "allocate on " + d.device->name() + ": " + take(*d.plugin, e));
+  // A fresh buffer may hold what another session (or the server) left in
+  // that memory: it starts as zeros.
+  if (buf.host_ptr) {
+    std::memset(buf.host_ptr, 0, a.size());
+  } else {
+    static const std::vector<char> zeros(size_t{1} << 20, 0);
+    for (uint64_t done = 0; done < a.size();) {
+      const uint64_t n = std::min<uint64_t>(a.size() - done, zeros.size());
+      if (bp_error* e = d.plugin->api()->buffer_write(d.handle, buf.handle, done, zeros.data(), n)) {
+        const std::string why = take(*d.plugin, e);
+        d.plugin->api()->buffer_free(d.handle, buf.handle);
+        return failure(BP_ERR_INTERNAL, "allocate on " + d.device->name() + ": clearing the buffer: " + why);
+      }
+      done += n;
+    }
+  }
   const uint64_t id = st.next_buffer++;
-  st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), buf.host_ptr};
+  st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), buf.host_ptr, true};
   st.bytes += a.size();
   Response r;
   r.mutable_allocate()->set_buffer(id);
@@ -310,7 +349,7 @@ Response Service::batch(State& st, const Batch& b) {
     if (it == st.sequences.end()) return failure(BP_ERR_INVALID_ARGUMENT, "batch: no recorded sequence " + std::to_string(b.replay()));
     calls = &it->second;
   } else {
-    fresh.reserve(static_cast<size_t>(b.calls_size()));
+    size_t checked_bytes = 0;
     for (int i = 0; i < b.calls_size(); ++i) {
       const Call& c = b.calls(i);
       if (c.device() >= devices_.size()) return failure(BP_ERR_INVALID_ARGUMENT, "call: no device " + std::to_string(c.device()), i);
@@ -338,13 +377,20 @@ Response Service::batch(State& st, const Batch& b) {
       if (auto e = check_call(c, ctx, cc); !e.empty())
         return failure(BP_ERR_INVALID_ARGUMENT, "call " + std::to_string(i) + " on " + d.device->name() + ": " + e, i);
       fresh.push_back(std::move(cc));
+      checked_bytes += calls_bytes({fresh.back()});
+      if (checked_bytes > kMaxCheckedBytes)
+        return failure(BP_ERR_OUT_OF_MEMORY, "batch: its calls need more than 256 MiB of the server's memory", i);
     }
     if (b.record()) {
-      if (st.sequences.size() >= 256 || st.sequence_calls + fresh.size() > (size_t{1} << 20))
+      if (auto old = st.sequences.find(b.record()); old != st.sequences.end()) {
+        st.sequence_bytes -= std::min(st.sequence_bytes, calls_bytes(old->second));
+        st.sequences.erase(old);
+      }
+      if (st.sequences.size() >= 256 || st.sequence_bytes + checked_bytes > kMaxRecordedBytes)
         return failure(BP_ERR_OUT_OF_MEMORY, "batch: too many recorded sequences");
-      st.sequence_calls += fresh.size();
+      st.sequence_bytes += checked_bytes;
       auto& seq = st.sequences[b.record()];
-      seq = fresh;
+      seq.swap(fresh);
       calls = &seq;
     }
   }
@@ -531,6 +577,13 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   char* shm = nullptr;
   if (options.shm_fd >= 0) {
     if (options.shm_size == 0 || options.shm_size > (uint64_t{1} << 40)) throw Error("serve: --shm-size out of range");
+    // The host sealed its size: it cannot shrink it under a running kernel
+    // (a SIGBUS in this process).
+    struct stat sb {};
+    const int seals = fcntl(options.shm_fd, F_GET_SEALS);
+    if (fstat(options.shm_fd, &sb) != 0 || static_cast<uint64_t>(sb.st_size) < options.shm_size || seals < 0 ||
+        !(seals & F_SEAL_SHRINK))
+      throw Error("serve: the shared memory (--shm-fd) is smaller than --shm-size or not sealed against shrinking");
     void* m = ::mmap(nullptr, options.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, options.shm_fd, 0);
     if (m == MAP_FAILED) throw Error("serve: cannot map the shared memory (--shm-fd)");
     ::close(options.shm_fd);

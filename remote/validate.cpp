@@ -1,5 +1,6 @@
 #include "validate.hpp"
 
+#include "input_files.hpp"  // bounded JSON parsing (core/src)
 #include "ops.hpp"  // the core's shape inference (core/src)
 
 #include <backplane/sdk/dtype.hpp>
@@ -127,6 +128,8 @@ Json params_json(const std::string& op, const bp_op_params& p, bp_dtype x, int64
 
 std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& out) {
   const KernelInfo& k = *ctx.kernel;
+  if (k.dtypes.empty() || k.layouts.size() + 1 != k.dtypes.size() || (k.variadic && k.layouts.empty()))
+    return k.op + ": the kernel's row is malformed";
   const size_t fixed = k.dtypes.size() - 1;  // declared inputs
   const size_t n_in = static_cast<size_t>(call.inputs_size());
   if (k.variadic ? (n_in < fixed || n_in > kMaxCallInputs) : n_in != fixed)
@@ -159,7 +162,7 @@ std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& ou
     st.struct_size = sizeof st;
     if (s.slots_size() != 0) return what + " carries bundle slots";
     if (s.buffer() == 0) {
-      const bool optional = i >= opt.first && i < opt.first + opt.total;
+      const bool optional = i >= opt.first && i < opt.total;  // total: every input, optional ones included
       if (!optional) return what + " is absent but required";
       if (s.byte_size() || s.byte_offset()) return what + " is absent but has bytes";
       st.dtype = key;
@@ -215,8 +218,17 @@ std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& ou
     if (!dense_at_zero(bs.layout) || s.byte_offset() % dtype_size(bs.dtype) != 0 ||
         !sdk::layout_fits(bs.layout, dtype_size(bs.dtype), s.byte_offset(), o.byte_size()))
       return what + " slot " + std::to_string(i) + " is not a dense range inside the output's bytes";
+    if (ctx.alignment && s.byte_offset() % std::min<uint64_t>(ctx.alignment, 16) != 0)
+      return what + " slot " + std::to_string(i) + " is not aligned as the host aligns slots";
     slots.push_back(bs);
   }
+  // Slots are disjoint byte ranges, as the host lays them out.
+  for (size_t i = 0; i < slots.size(); ++i)
+    for (size_t j = i + 1; j < slots.size(); ++j) {
+      const uint64_t ai = slots[i].byte_offset, ae = ai + static_cast<uint64_t>(sdk::numel(slots[i].layout)) * dtype_size(slots[i].dtype);
+      const uint64_t bi = slots[j].byte_offset, be = bi + static_cast<uint64_t>(sdk::numel(slots[j].layout)) * dtype_size(slots[j].dtype);
+      if (ai < be && bi < ae) return what + ": slots " + std::to_string(i) + " and " + std::to_string(j) + " overlap";
+    }
   if (!slots.empty()) {
     if (slots[0].dtype != odt || shape_of(slots[0].layout) != shape_of(ol))
       return what + ": its layout must describe slot 0";
@@ -229,6 +241,15 @@ std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& ou
   // The op's own rules: re-infer the call and compare.
   if (detail::is_custom_op(k.op)) {
     if (!ctx.infer_custom) return k.op + ": vendor ops are not served";
+    // A vendor op's params are the graph's params object as JSON text, and
+    // nothing else: any other kind would hand the plugin a pointer of the
+    // client's choosing through the union.
+    if (out.params.kind != BP_PARAMS_CUSTOM) return k.op + ": a vendor op takes custom params";
+    try {
+      if (!detail::parse_json_bounded(out.json, "").is_object()) return k.op + ": its params are not a JSON object";
+    } catch (const std::exception& e) {
+      return k.op + ": its params: " + e.what();
+    }
     std::vector<bp_dtype> dts;
     std::vector<bp_layout> ls;
     for (size_t i = 0; i < n_in; ++i) {
@@ -238,6 +259,7 @@ std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& ou
     bp_dtype idt{};
     bp_layout il{};
     if (auto e = ctx.infer_custom(k.op, dts, ls, out.params, idt, il); !e.empty()) return k.op + ": " + e;
+    if (il.rank > BP_MAX_RANK) return k.op + ": the plugin's inference gave a rank above 8";
     if (idt != odt || shape_of(il) != shape_of(ol))
       return k.op + ": the output is " + shape_text(shape_of(ol)) + "; the op gives " + shape_text(shape_of(il));
     return {};

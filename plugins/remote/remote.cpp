@@ -298,8 +298,9 @@ void Instance::start_child(Server& s) {
     s.child.progress = static_cast<std::atomic<int64_t>*>(m);
     s.child.progress->store(-1);
   }
-  const int shm_fd = memfd_create("backplane-isolate", MFD_CLOEXEC);
-  if (shm_fd < 0 || ftruncate(shm_fd, static_cast<off_t>(kShmBytes + kArenaBytes)) != 0) {
+  const int shm_fd = memfd_create("backplane-isolate", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (shm_fd < 0 || ftruncate(shm_fd, static_cast<off_t>(kShmBytes + kArenaBytes)) != 0 ||
+      fcntl(shm_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
     if (shm_fd >= 0) ::close(shm_fd);
     throw sdk::Error(BP_ERR_UNAVAILABLE, who() + ": cannot create the memory it shares with its process");
   }
