@@ -49,7 +49,7 @@ std::string take(const Plugin& p, bp_error* e, int64_t* call_index = nullptr) {
   if (call_index) {
     *call_index = -1;
     const auto* api = p.api();
-    if (e && api->struct_size >= offsetof(bp_plugin_api, error_call_index) + sizeof(void*) && api->error_call_index)
+    if (e && has_field(api, &bp_plugin_api::error_call_index) && api->error_call_index)
       *call_index = api->error_call_index(e);
   }
   return p.take_error(e);
@@ -120,7 +120,7 @@ constexpr size_t kMaxBuffers = size_t{1} << 16;          // buffers one session 
 
 bool can_import(const ServedDevice& d) {
   const auto* api = d.plugin->api();
-  return api->struct_size >= offsetof(bp_plugin_api, buffer_import_host) + sizeof(void*) && api->buffer_import_host;
+  return has_field(api, &bp_plugin_api::buffer_import_host) && api->buffer_import_host;
 }
 
 Response failure(bp_status_code code, const std::string& message, int64_t call_index = -1) {
@@ -511,8 +511,6 @@ Response Service::batch(State& st, const Batch& b) {
   return r;
 }
 
-std::atomic<grpc::Server*> g_server{nullptr};
-
 bool loopback_host(const std::string& hostport) {
   return hostport.rfind("127.0.0.1:", 0) == 0 || hostport.rfind("[::1]:", 0) == 0;
 }
@@ -625,7 +623,6 @@ int serve(Runtime& runtime, const ServerOptions& options) {
 
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || (options.unix_path.empty() && port == 0)) throw Error("serve: cannot listen on " + address);
-  g_server = server.get();
   std::string where = options.unix_path.empty()
                           ? options.listen.substr(0, options.listen.rfind(':')) + ":" + std::to_string(port)
                           : "unix:" + options.unix_path;
@@ -667,7 +664,6 @@ int serve(Runtime& runtime, const ServerOptions& options) {
     });
   server->Wait();
   done = true;
-  g_server = nullptr;
   stopper.join();
   if (watchdog.joinable()) watchdog.join();
   return 0;

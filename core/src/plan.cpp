@@ -182,8 +182,6 @@ struct Plan::Impl {
     st.dtype = v.dtype;
   }
 
-  void read_bytes(const Cell& c, uint64_t offset, void* dst, uint64_t size) const { c.read(offset, dst, size); }
-  void write_bytes(Cell& c, uint64_t offset, const void* src, uint64_t size) const { c.write(offset, src, size); }
 };
 
 namespace {
@@ -230,7 +228,7 @@ class Builder {
     allocate();
     for (auto& [v, t] : l_.constants) {
       const Value& val = p_.values[v];
-      p_.write_bytes(p_.cell_of(val), val.byte_offset, t->data(), t->nbytes());
+      p_.cell_of(val).write(val.byte_offset, t->data(), t->nbytes());
     }
     finalize();
   }
@@ -306,7 +304,7 @@ class Builder {
       const PlanDevice& a = p_.devs[from];
       const PlanDevice& b = p_.devs[dev];
       if (a.host_addressable &&
-          b.plugin->api()->struct_size >= offsetof(bp_plugin_api, buffer_import_host) + sizeof(void*) &&
+          has_field(b.plugin->api(), &bp_plugin_api::buffer_import_host) &&
           b.plugin->api()->buffer_import_host && st.src_offset % b.align == 0) {
         // (Whether the source buffer itself is aligned enough is known at
         // allocation; a refused import falls back to a copy there.)
@@ -743,7 +741,7 @@ void Plan::Impl::set_input(const std::string& name, const void* data, uint64_t b
   bind_cell(c, own[c], 0);
   Cell& cell = *cells[c];
   std::unique_lock<std::shared_mutex> lk(cell.mu);
-  write_bytes(cell, v.byte_offset, data, want);
+  cell.write(v.byte_offset, data, want);
   input_set[i] = 1;
   input_note[i].clear();
 }
@@ -813,7 +811,7 @@ void Plan::Impl::set_input(const std::string& name, const Tensor& t) {
   {
     Cell& dst = *cells[c];
     std::unique_lock<std::shared_mutex> lk(dst.mu);
-    write_bytes(dst, v.byte_offset, staging.data(), want);
+    dst.write(v.byte_offset, staging.data(), want);
   }
   input_set[i] = 1;
   input_note[i] = "a Tensor copied in (" + bytes_str(want) + ": " + why_not + ")";
@@ -958,7 +956,9 @@ void Plan::Impl::execute() {
   std::vector<char> pending(p.devs.size(), 0);
   p.calls.resize(p.devs.size());
   p.sync_seconds.assign(p.devs.size(), 0.0);
-  auto sync = [&](size_t d, const std::string& what) {
+  // `what` names the step for an error; nullptr: the run on that device
+  // (the text is built only when there is an error).
+  auto sync = [&](size_t d, const std::string* what) {
     pending[d] = 0;
     const Plugin& plugin = *p.devs[d].plugin;
     auto* api = plugin.api();
@@ -970,18 +970,15 @@ void Plan::Impl::execute() {
     // ABI 1.2: the plugin may say which kernel call's work failed; name its
     // step as for an error the kernel returned itself.
     const auto code = api->error_code(err);
-    std::string where = what;
-    if (api->struct_size >= offsetof(bp_plugin_api, error_call_index) + sizeof(void*) &&
-        api->error_call_index) {
+    std::string where = what ? *what : "running the plan on device '" + p.devs[d].device->name() + "'";
+    if (has_field(api, &bp_plugin_api::error_call_index) && api->error_call_index) {
       const int64_t i = api->error_call_index(err);
       if (i >= 0 && static_cast<uint64_t>(i) < p.calls[d].size())
         where = p.steps[static_cast<size_t>(p.calls[d][static_cast<size_t>(i)])].what;
     }
     throw Error(where + ": " + plugin.take_error(err), code);
   };
-  auto sync_for_run = [&](size_t d) {
-    sync(d, "running the plan on device '" + p.devs[d].device->name() + "'");
-  };
+  auto sync_for_run = [&](size_t d) { sync(d, nullptr); };
   // On an error, drain every device (keeping the first error) before throwing.
   auto drain = [&]() {
     for (size_t d = 0; d < p.devs.size(); ++d)
@@ -1010,13 +1007,13 @@ void Plan::Impl::execute() {
         const uint64_t src_off = st.src_offset + p.base[p.vbufs[sv.root].cell];
         const uint64_t dst_off = st.dst_offset + p.base[p.vbufs[dv.root].cell];
         if (src.host_ptr) {
-          p.write_bytes(dst, dst_off, static_cast<const char*>(src.host_ptr) + src_off, st.bytes);
+          dst.write(dst_off, static_cast<const char*>(src.host_ptr) + src_off, st.bytes);
         } else if (dst.host_ptr) {
-          p.read_bytes(src, src_off, static_cast<char*>(dst.host_ptr) + dst_off, st.bytes);
+          src.read(src_off, static_cast<char*>(dst.host_ptr) + dst_off, st.bytes);
         } else {
           std::vector<char> staging(st.bytes);
-          p.read_bytes(src, src_off, staging.data(), st.bytes);
-          p.write_bytes(dst, dst_off, staging.data(), st.bytes);
+          src.read(src_off, staging.data(), st.bytes);
+          dst.write(dst_off, staging.data(), st.bytes);
         }
         if (p.profile) p.step_seconds[s] = std::chrono::duration<double>(Clock::now() - started).count();
         continue;
@@ -1041,7 +1038,7 @@ void Plan::Impl::execute() {
                   static_cast<uint64_t>(Layout::contiguous(last.shape).numel()) * dtype_size(last.dtype);
         }
         std::vector<unsigned char> junk(bytes, 0xFF);
-        p.write_bytes(c, p.offset_of(out), junk.data(), bytes);
+        c.write(p.offset_of(out), junk.data(), bytes);
       }
       auto ctx = d.ctx;
       ctx.kernel_index = static_cast<uint32_t>(st.kernel);
@@ -1056,7 +1053,7 @@ void Plan::Impl::execute() {
       }
       // With poisoning on an asynchronous device, each step is submitted on
       // its own so the poison lands right before the kernel that must overwrite it.
-      if (p.poison && api->synchronize) sync(st.dev, st.what);
+      if (p.poison && api->synchronize) sync(st.dev, &st.what);
     }
     for (size_t d = 0; d < p.devs.size(); ++d)
       if (pending[d]) sync_for_run(d);

@@ -33,12 +33,6 @@ const char* layout_name(bp_layout_capability c) { return c == BP_LAYOUT_STRIDED 
 
 using EntryFn = bp_status_code(const bp_plugin_query*, const bp_plugin_api**);
 
-// Reads the fields of a plugin API table that its struct_size says exist.
-template <typename T> bool has_field(const bp_plugin_api* api, T bp_plugin_api::*member) {
-  const auto offset = reinterpret_cast<size_t>(&(static_cast<bp_plugin_api*>(nullptr)->*member));
-  return api->struct_size >= offset + sizeof(T);
-}
-
 }  // namespace
 
 std::string kernel_signature(const KernelInfo& k) {

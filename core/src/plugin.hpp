@@ -58,6 +58,13 @@ class Plugin {
   std::map<std::pair<std::string, std::vector<bp_dtype>>, int> index_;
 };
 
+// Whether a plugin API table has `member` (its struct_size covers it): the
+// optional entries appended in later ABI minors are read only then.
+template <typename T> bool has_field(const bp_plugin_api* api, T bp_plugin_api::*member) {
+  const auto offset = reinterpret_cast<size_t>(&(static_cast<bp_plugin_api*>(nullptr)->*member));
+  return api->struct_size >= offset + sizeof(T);
+}
+
 // Reads the table a plugin API registers.
 std::vector<KernelInfo> kernels_of(const bp_plugin_api* api);
 

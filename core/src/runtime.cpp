@@ -36,6 +36,22 @@ void host_parallel_for(void* ctx, int64_t n, int64_t grain, bp_parallel_fn fn, v
 
 uint32_t host_num_threads(void* ctx) { return static_cast<Runtime::Impl*>(ctx)->pool->size(); }
 
+// Comma-separated names, each trimmed of spaces (empty entries kept).
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    std::string part = s.substr(start, end - start);
+    while (!part.empty() && part.back() == ' ') part.pop_back();
+    while (!part.empty() && part.front() == ' ') part.erase(part.begin());
+    out.push_back(part);
+    start = end + 1;
+  }
+  return out;
+}
+
 std::vector<std::string> split_path_list(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -70,13 +86,8 @@ void setup_isolation(Runtime::Impl& impl) {
   int64_t deadline = options.isolate_deadline_ms;
   if (options.use_environment) {
     if (const char* env = safe_getenv("BACKPLANE_ISOLATE"))
-      for (auto& n : split_path_list(std::string(env)))  // ':' or ','
-        for (size_t start = 0; start <= n.size();) {
-          size_t end = n.find(',', start);
-          if (end == std::string::npos) end = n.size();
-          if (end > start) wanted.insert(n.substr(start, end - start));
-          start = end + 1;
-        }
+      for (const auto& names : split_list(env))  // ',' (and ':')
+        for (auto& n : split_path_list(names)) wanted.insert(n);
     if (const char* env = safe_getenv("BACKPLANE_ISOLATE_DEADLINE_MS"); env && !deadline) deadline = std::atoll(env);
   }
   const Plugin* remote = nullptr;
@@ -241,23 +252,6 @@ const VendorOpInfo* Runtime::vendor_op(const std::string& op) const {
   auto it = impl_->vendor_ops.find(op);
   return it == impl_->vendor_ops.end() ? nullptr : &it->second;
 }
-
-namespace {
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    std::string part = s.substr(start, end - start);
-    while (!part.empty() && part.back() == ' ') part.pop_back();
-    while (!part.empty() && part.front() == ' ') part.erase(part.begin());
-    out.push_back(part);
-    start = end + 1;
-  }
-  return out;
-}
-}  // namespace
 
 std::vector<Device*> Runtime::select_devices(const std::string& list) {
   std::vector<Device*> out;
