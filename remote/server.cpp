@@ -103,14 +103,15 @@ class Service final : public Remote::Service {
 
 // What a checked call holds in memory, about: recorded sequences and one
 // batch's checked calls are bounded by it, not by their (much smaller) wire size.
+size_t call_bytes(const CheckedCall& c) {
+  size_t n = sizeof(CheckedCall) + c.json.size();
+  n += (c.inputs.size() + 1) * (sizeof(bp_storage) + sizeof(bp_layout) + sizeof(uint64_t));
+  for (const auto& sl : c.output_slots) n += sl.size() * sizeof(bp_bundle_slot);
+  return n;
+}
 size_t calls_bytes(const std::vector<CheckedCall>& calls) {
   size_t n = 0;
-  for (const auto& c : calls) {
-    n += sizeof(CheckedCall) + c.json.size();
-    n += c.inputs.size() * (sizeof(bp_storage) + sizeof(bp_layout) + sizeof(uint64_t));
-    n += sizeof(bp_storage) + sizeof(bp_layout) + sizeof(uint64_t);
-    for (const auto& sl : c.output_slots) n += sl.size() * sizeof(bp_bundle_slot);
-  }
+  for (const auto& c : calls) n += call_bytes(c);
   return n;
 }
 
@@ -377,7 +378,7 @@ Response Service::batch(State& st, const Batch& b) {
       if (auto e = check_call(c, ctx, cc); !e.empty())
         return failure(BP_ERR_INVALID_ARGUMENT, "call " + std::to_string(i) + " on " + d.device->name() + ": " + e, i);
       fresh.push_back(std::move(cc));
-      checked_bytes += calls_bytes({fresh.back()});
+      checked_bytes += call_bytes(fresh.back());
       if (checked_bytes > kMaxCheckedBytes)
         return failure(BP_ERR_OUT_OF_MEMORY, "batch: its calls need more than 256 MiB of the server's memory", i);
     }
@@ -432,9 +433,13 @@ Response Service::batch(State& st, const Batch& b) {
     }
     // Each device's calls counted from its begin(), to map error_call_index back.
     std::map<uint32_t, std::vector<int64_t>> ordinal;
+    std::vector<bp_storage> in_st, out_st;
     for (size_t i = 0; error.empty() && i < calls->size(); ++i) {
-      CheckedCall c = (*calls)[i];  // a copy: its storages get this run's handles
+      const CheckedCall& c = (*calls)[i];
       auto& d = *devices_[c.device];
+      // This run's handles and pointers go into scratch copies of the storages.
+      in_st.assign(c.inputs.begin(), c.inputs.end());
+      out_st.assign(c.outputs.begin(), c.outputs.end());
       bool missing = false;
       auto bind = [&](bp_storage& s, uint64_t id) {
         if (id == 0) return;
@@ -446,8 +451,8 @@ Response Service::batch(State& st, const Batch& b) {
         s.buffer_handle = it->second.handle;
         s.data = it->second.host_ptr ? static_cast<char*>(it->second.host_ptr) + s.byte_offset : nullptr;
       };
-      for (size_t k = 0; k < c.inputs.size(); ++k) bind(c.inputs[k], c.input_buffers[k]);
-      bind(c.outputs[0], c.output_buffers[0]);
+      for (size_t k = 0; k < in_st.size(); ++k) bind(in_st[k], c.input_buffers[k]);
+      bind(out_st[0], c.output_buffers[0]);
       if (missing) {
         code = BP_ERR_INVALID_ARGUMENT;
         error = "call " + std::to_string(i) + ": a buffer it uses was freed";
@@ -462,8 +467,8 @@ Response Service::batch(State& st, const Batch& b) {
       ctx.kernel_index = c.kernel;
       const auto& kd = d.plugin->api()->kernels[c.kernel];
       if (progress_) progress_->store(static_cast<int64_t>(i));
-      if (bp_error* e = kd.fn(&ctx, c.inputs.data(), c.inputs.size(), c.outputs.data(), c.outputs.size(),
-                              c.layouts.data(), &c.params)) {
+      if (bp_error* e = kd.fn(&ctx, in_st.data(), in_st.size(), out_st.data(), out_st.size(), c.layouts.data(),
+                              &c.params)) {
         code = d.plugin->api()->error_code(e);
         error = take(*d.plugin, e);
         failed_call = static_cast<int64_t>(i);

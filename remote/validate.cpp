@@ -10,10 +10,6 @@ namespace backplane::remote {
 
 namespace {
 
-bool is_float(bp_dtype d) {
-  return d == BP_DTYPE_F32 || d == BP_DTYPE_F16 || d == BP_DTYPE_BF16 || d == BP_DTYPE_F64;
-}
-
 Json dims_json(uint32_t n, const int32_t* dims) {
   Json a = Json::array();
   for (uint32_t i = 0; i < n; ++i) a.push_back(dims[i]);
@@ -21,12 +17,6 @@ Json dims_json(uint32_t n, const int32_t* dims) {
 }
 
 Shape shape_of(const bp_layout& l) { return Shape(l.shape, l.shape + l.rank); }
-
-std::string shape_text(const Shape& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
 
 bool dense_at_zero(const bp_layout& l) { return l.offset == 0 && sdk::is_contiguous(l); }
 
@@ -261,7 +251,7 @@ std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& ou
     if (auto e = ctx.infer_custom(k.op, dts, ls, out.params, idt, il); !e.empty()) return k.op + ": " + e;
     if (il.rank > BP_MAX_RANK) return k.op + ": the plugin's inference gave a rank above 8";
     if (idt != odt || shape_of(il) != shape_of(ol))
-      return k.op + ": the output is " + shape_text(shape_of(ol)) + "; the op gives " + shape_text(shape_of(il));
+      return k.op + ": the output is " + shape_str(shape_of(ol)) + "; the op gives " + shape_str(shape_of(il));
     return {};
   }
   if (out.params.kind == BP_PARAMS_CUSTOM) return k.op + ": custom params for a standard op";
@@ -282,24 +272,24 @@ std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& ou
     if (r.out.slots.size() != slots.size()) return what + ": wrong number of bundle slots";
     for (size_t i = 0; i < slots.size(); ++i)
       if (slots[i].dtype != r.out.slots[i].first || shape_of(slots[i].layout) != r.out.slots[i].second)
-        return what + " slot " + std::to_string(i) + " is " + shape_text(shape_of(slots[i].layout)) + "; the op gives " +
-               shape_text(r.out.slots[i].second);
+        return what + " slot " + std::to_string(i) + " is " + shape_str(shape_of(slots[i].layout)) + "; the op gives " +
+               shape_str(r.out.slots[i].second);
   } else if (odt != r.out.dtype || shape_of(ol) != r.out.shape) {
-    return what + " is " + shape_text(shape_of(ol)) + " " + std::string(dtype_name(odt)) + "; the op gives " +
-           shape_text(r.out.shape) + " " + std::string(dtype_name(r.out.dtype));
+    return what + " is " + shape_str(shape_of(ol)) + " " + std::string(dtype_name(odt)) + "; the op gives " +
+           shape_str(r.out.shape) + " " + std::string(dtype_name(r.out.dtype));
   }
   // What the host does before an elementwise or matmul kernel.
   if (r.canon == detail::Canon::Broadcast) {
     for (size_t i = 0; i < n_in; ++i)
       if (type_ptrs[i] && types[i].shape != r.out.shape)
-        return k.op + ": input " + std::to_string(i) + " is " + shape_text(types[i].shape) +
-               "; an elementwise kernel takes inputs broadcast to the output's " + shape_text(r.out.shape);
+        return k.op + ": input " + std::to_string(i) + " is " + shape_str(types[i].shape) +
+               "; an elementwise kernel takes inputs broadcast to the output's " + shape_str(r.out.shape);
   } else if (r.canon == detail::Canon::Matmul) {
     const Shape& a = types[0].shape;
     const Shape& b = types[1].shape;
     if (a.size() < 2 || a.size() != b.size() || a.size() != r.out.shape.size() ||
         !std::equal(a.begin(), a.end() - 2, b.begin()) || !std::equal(a.begin(), a.end() - 2, r.out.shape.begin()))
-      return k.op + ": operands " + shape_text(a) + " and " + shape_text(b) +
+      return k.op + ": operands " + shape_str(a) + " and " + shape_str(b) +
              " are not of equal rank >= 2 with equal batch dims";
   }
   return {};

@@ -1039,7 +1039,7 @@ bp_error* synchronize(bp_device* device) {
     if (!calls.empty()) {
       // A batch seen before is replayed by id: only its writes travel.
       Batch body;
-      for (auto& c : calls) *body.add_calls() = c;
+      for (auto& c : calls) *body.add_calls() = std::move(c);
       std::string text;
       body.SerializeToString(&text);
       auto it = s.sequences.find(text);
@@ -1050,7 +1050,7 @@ bp_error* synchronize(bp_device* device) {
         const uint64_t id = s.next_sequence++;
         s.sequences.emplace(std::move(text), id);
         b.set_record(id);
-        for (auto& c : calls) *b.add_calls() = std::move(c);
+        b.mutable_calls()->Swap(body.mutable_calls());
       }
     }
     Response r = flush(s, &b);
