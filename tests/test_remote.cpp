@@ -193,6 +193,21 @@ TEST_CASE("remote: a served CPU device runs a graph, alone and beside a local de
   CHECK(crossed);
 }
 
+TEST_CASE("remote: many plans run in turn keep recording and replaying", "[remote]") {
+  // 70 live plans, 4 rounds: more distinct batches than the client keeps
+  // (64) and than a server session may record (256).
+  Server server;
+  Env env;
+  env.set("BACKPLANE_REMOTE", server.address());
+  env.set("BACKPLANE_REMOTE_TOKEN_FILE", server.dir + "/token");
+  auto rt = runtime();
+  Device& remote = rt->device("cpu@" + server.address());
+  std::vector<Plan> plans;
+  for (int i = 0; i < 70; ++i) plans.push_back(rt->compile(small_graph(), remote));
+  for (int round = 0; round < 4; ++round)
+    for (auto& p : plans) check_small(p.run(small_inputs()));
+}
+
 TEST_CASE("remote: a wrong token is refused and the other plugins keep working", "[remote]") {
   Server server;
   const std::string bad = server.dir + "/bad";

@@ -1047,7 +1047,10 @@ bp_error* synchronize(bp_device* device) {
         b.set_replay(it->second);
       } else {
         if (s.sequences.size() >= 64) s.sequences.clear();
-        const uint64_t id = s.next_sequence++;
+        // Ids cycle through 64: recording under a used id replaces the
+        // server's old sequence, so the server holds at most 64 (ids since
+        // the last clear are at most 64 consecutive ones, never equal mod 64).
+        const uint64_t id = 1 + (s.next_sequence++ % 64);
         s.sequences.emplace(std::move(text), id);
         b.set_record(id);
         b.mutable_calls()->Swap(body.mutable_calls());
