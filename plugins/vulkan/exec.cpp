@@ -145,6 +145,7 @@ Binding Exec::scratch(uint64_t bytes) {
   const Allocation& a = dev_->memory.get(s.scratch);
   Binding b;
   b.buffer = dev_->memory.vk_buffer(a);
+  b.address = dev_->memory.block_address(a);
   b.offset = a.offset;
   b.range = bytes;
   b.handle = s.scratch;
@@ -257,8 +258,10 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
                    {pwords[0], pwords[1], pwords[2], pwords[3]},
                    {qwords[0], qwords[1], qwords[2], qwords[3]},
                    {}};
-  for (size_t i = 0; i < operands.size(); ++i)
-    pc.addr[i] = dev_->memory.address(operands[i].buffer, operands[i].offset);
+  for (size_t i = 0; i < operands.size(); ++i) {
+    BPVK_CHECK(operands[i].address != 0, BP_ERR_INTERNAL, "vulkan: an operand outside the device's memory blocks");
+    pc.addr[i] = operands[i].address + operands[i].offset;
+  }
   vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   vkCmdBindDescriptorSets(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
   vkCmdPushConstants(s.cmd, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);

@@ -44,6 +44,7 @@ class DataError : public Error {
 // to the shader as the device address of buffer + offset.
 struct Binding {
   VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceAddress address = 0;  // of `buffer`'s first byte (operands go to shaders by address)
   uint64_t offset = 0;
   uint64_t range = 0;
   uint64_t handle = 0;  // bp buffer handle, for hazard tracking (0 = none)

@@ -135,6 +135,7 @@ Operand window(Call& c, const bp_storage& s, int64_t lo_el, int64_t hi_el, int64
              std::string(c.op()) + ": more than 2^31 elements in one view (vulkan plugin limit)");
   Operand o;
   o.binding.buffer = c.dev.memory.vk_buffer(a);
+  o.binding.address = c.dev.memory.block_address(a);
   o.binding.offset = base;
   o.binding.range = (range + 3) / 4 * 4;
   // Keep the padded range inside the VkBuffer.
@@ -166,6 +167,7 @@ Operand bind_dense(Call& c, const bp_storage& s, int64_t count, bp_dtype dtype, 
     const uint64_t align = bind_alignment(c.dev);
     Operand o;
     o.binding.buffer = c.dev.memory.vk_buffer(a);
+    o.binding.address = c.dev.memory.block_address(a);
     o.binding.offset = (a.offset + s.byte_offset) / align * align;
     o.binding.range = 4;
     o.binding.handle = s.buffer_handle;

@@ -231,12 +231,6 @@ void Memory::free(uint64_t handle) {
   }
 }
 
-VkDeviceAddress Memory::address(VkBuffer buffer, uint64_t offset) const {
-  for (const auto& b : blocks_)
-    if (b && b->buffer == buffer) return b->address + offset;
-  fail(BP_ERR_INTERNAL, "vulkan: an operand outside the device's memory blocks");
-}
-
 const Allocation& Memory::get(uint64_t handle) const {
   auto it = allocs_.find(handle);
   if (it == allocs_.end()) fail(BP_ERR_INVALID_ARGUMENT, "vulkan: unknown buffer handle " + std::to_string(handle));

@@ -50,8 +50,8 @@ class Memory {
   // Throws BP_ERR_INVALID_ARGUMENT for an unknown handle.
   const Allocation& get(uint64_t handle) const;
   VkBuffer vk_buffer(const Allocation& a) const { return blocks_[a.block]->buffer; }
-  // The device address of byte `offset` of a block's VkBuffer.
-  VkDeviceAddress address(VkBuffer buffer, uint64_t offset) const;
+  // The device address of the first byte of vk_buffer(a).
+  VkDeviceAddress block_address(const Allocation& a) const { return blocks_[a.block]->address; }
   uint8_t* mapped(const Allocation& a) const {
     auto* m = blocks_[a.block]->mapped;
     return m ? m + a.offset : nullptr;
