@@ -274,3 +274,28 @@ TEST_CASE("vulkan: topk over many rows with ties and NaN matches the cpu", "[vul
   }
   vulkan_matches_cpu(g, {{"x", x}});
 }
+
+// The same one-pass topk path and the many-rows row kernels (max, argmax)
+// for every other dtype the manifest claims them for: small integers, exact
+// in each dtype, with many ties.
+TEST_CASE("vulkan: topk max and argmax over many rows match the cpu for every dtype", "[vulkan]") {
+  HostTensor x = fill_f32({2048, 100}, 15, 0.0f, 1.0f);
+  float* p = x.as<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = std::floor(p[i] * 64.0f);  // 0..63
+  for (const char* dt : {"f16", "bf16", "f64", "i8", "i16", "i32", "i64", "u8"}) {
+    INFO("dtype " << dt);
+    Graph g;
+    g.input("x", BP_DTYPE_F32, {2048, 100});
+    g.node("c", "cast", {"x"}, {{"dtype", dt}});
+    g.node("hi", "topk", {"c"}, {{"k", 6}, {"dim", -1}});
+    g.node("lo", "topk", {"c"}, {{"k", 3}, {"dim", -1}, {"largest", false}});
+    g.node("hv", "view", {"hi"}, {{"slot", 0}});
+    g.node("hx", "view", {"hi"}, {{"slot", 1}});
+    g.node("lv", "view", {"lo"}, {{"slot", 0}});
+    g.node("lx", "view", {"lo"}, {{"slot", 1}});
+    g.node("mx", "max", {"c"}, {{"dims", {-1}}});
+    g.node("am", "argmax", {"c"}, {{"dim", -1}});
+    for (const char* o : {"hv", "hx", "lv", "lx", "mx", "am"}) g.output(o);
+    vulkan_matches_cpu(g, {{"x", x}});
+  }
+}
