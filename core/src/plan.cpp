@@ -150,6 +150,8 @@ struct Plan::Impl {
   HostTensor output(const std::string& name) const;
   const Value& readable(const std::string& name) const;
   int input_index(const std::string& name) const;
+  // The graph output `name` (bind_output's error when it is none).
+  const Value& output_value(const std::string& name) const;
   void bind_cell(int cell, std::shared_ptr<Cell> c, uint64_t at);
   void refresh();
 
@@ -711,6 +713,14 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
   }
 }
 
+const Value& Plan::Impl::output_value(const std::string& name) const {
+  if (std::find(outputs.begin(), outputs.end(), name) == outputs.end()) {
+    if (!by_name.count(name)) throw Error("plan has no value named '" + name + "'");
+    throw Error("bind_output: '" + name + "' is not a graph output");
+  }
+  return value(name);
+}
+
 int Plan::Impl::input_index(const std::string& name) const {
   auto it = std::find_if(inputs.begin(), inputs.end(), [&](auto& e) { return e.first == name; });
   if (it == inputs.end()) {
@@ -871,11 +881,7 @@ void Plan::bind_output(const std::string& name, const Tensor& t) {
   if (!impl_) throw Error("bind_output on an empty plan");
   std::lock_guard<Gate> lk(impl_->mu);
   auto& p = *impl_;
-  if (std::find(p.outputs.begin(), p.outputs.end(), name) == p.outputs.end()) {
-    if (!p.by_name.count(name)) throw Error("plan has no value named '" + name + "'");
-    throw Error("bind_output: '" + name + "' is not a graph output");
-  }
-  const Value& v = p.value(name);
+  const Value& v = p.output_value(name);
   const int c = p.vbufs[v.root].cell;
   if (!t) {
     p.bind_cell(c, p.own[c], 0);
@@ -916,11 +922,7 @@ void Plan::bind_output(const std::string& name, void* data, uint64_t bytes, std:
   Shape shape;
   {
     std::lock_guard<Gate> lk(impl_->mu);
-    if (std::find(impl_->outputs.begin(), impl_->outputs.end(), name) == impl_->outputs.end()) {
-      if (!impl_->by_name.count(name)) throw Error("plan has no value named '" + name + "'");
-      throw Error("bind_output: '" + name + "' is not a graph output");
-    }
-    const Value& v = impl_->value(name);
+    const Value& v = impl_->output_value(name);
     dev = impl_->own[impl_->vbufs[v.root].cell]->owner;
     dt = v.dtype;
     shape = v.shape;
