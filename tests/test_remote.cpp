@@ -169,6 +169,19 @@ rp::Request hello() {
   return r;
 }
 
+// An isolated plugin whose child dies before it serves: the plugin is
+// rejected, naming itself and that its process did not start.
+void check_never_starts(Runtime& rt, const std::string& name) {
+  try {
+    rt.device(name);
+    FAIL("the device should not load");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK_THAT(std::string(e.what()), Catch::Contains(name));
+    CHECK_THAT(std::string(e.what()), Catch::Contains("did not start"));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("remote: a served CPU device runs a graph, alone and beside a local device", "[remote]") {
@@ -497,14 +510,7 @@ TEST_CASE("isolation: a kernel that segfaults is an error naming plugin, kernel 
 
 TEST_CASE("isolation: a plugin that aborts in initialize is rejected with its reason", "[remote][isolation]") {
   auto rt = runtime({std::string(BACKPLANE_FIXTURE_DIR) + "/isolated"});
-  try {
-    rt->device("fx_initabort");
-    FAIL("the device should not load");
-  } catch (const Error& e) {
-    INFO(e.what());
-    CHECK_THAT(std::string(e.what()), Catch::Contains("fx_initabort"));
-    CHECK_THAT(std::string(e.what()), Catch::Contains("did not start"));
-  }
+  check_never_starts(*rt, "fx_initabort");
   check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
 }
 
@@ -540,14 +546,7 @@ TEST_CASE("isolation: a garbage error pointer and a crashing library constructor
   REQUIRE_THROWS_WITH(plan.run(small_inputs()), Catch::Contains("compile the plan again"));
   check_small(rt->compile(g, rt->select_devices("fx_badptr,cpu")).run(small_inputs()));
   // A library whose constructor crashes is loaded only in the child.
-  try {
-    rt->device("fx_ctorcrash");
-    FAIL("the device should not load");
-  } catch (const Error& e) {
-    INFO(e.what());
-    CHECK_THAT(std::string(e.what()), Catch::Contains("fx_ctorcrash"));
-    CHECK_THAT(std::string(e.what()), Catch::Contains("did not start"));
-  }
+  check_never_starts(*rt, "fx_ctorcrash");
   check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
 }
 #endif  // BACKPLANE_HAVE_REMOTE
