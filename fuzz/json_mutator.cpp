@@ -42,7 +42,7 @@ const char* const kWords[] = {
     // dtypes, devices
     "f32", "f16", "bf16", "f64", "i8", "i16", "i32", "i64", "u8", "bool", "cpu", "partial0", "vulkan0",
     // manifests
-    "file_format_version", "1.0.0", "plugin", "version", "library_path", "abi_version", "1.2", "device_kind",
+    "file_format_version", "1.0.0", "plugin", "version", "library_path", "abi_version", "1.3", "device_kind",
     "device_kinds", "description", "kernels", "dtypes", "layouts", "strided", "bundle_slots", "variadic", "vendor_ops",
     "decomposition", "test_shapes", "test_params", "test_range", "tolerance", "elementwise", "reduction", "accelerator",
     "gpu", "$x.shape[-1] / 2", "$scale", "$times * 2 - 1", "x", "y", "lib.so", "../lib.so", "/abs.so"};

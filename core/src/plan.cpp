@@ -126,6 +126,9 @@ struct Plan::Impl {
   std::vector<std::string> notes;
   bool profile = false;
   std::vector<double> step_seconds;
+  // Per step, the device's own time for a kernel call (ABI 1.3
+  // call_device_times); negative when the device did not measure it.
+  std::vector<double> step_device_seconds;
   Plan::CompileStats stats;
   std::vector<std::string> kept;  // CompileOptions::keep
   std::vector<char> input_set;    // parallel to inputs
@@ -703,6 +706,7 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
     p.profile = options.profile;
     Builder(p, l, impl_->options.max_memory_bytes).build();
     p.step_seconds.assign(p.steps.size(), 0.0);
+    p.step_device_seconds.assign(p.steps.size(), -1.0);
     p.stats.placement_seconds = std::chrono::duration<double>(t1 - t0).count();
     p.stats.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     for (auto& d : p.devs) d.ctx.host = &impl_->host;
@@ -960,6 +964,22 @@ void Plan::Impl::execute() {
   p.sync_seconds.assign(p.devs.size(), 0.0);
   // `what` names the step for an error; nullptr: the run on that device
   // (the text is built only when there is an error).
+  // ABI 1.3: a profiled run asks each device that can for its own time of
+  // every kernel call since begin_timed().
+  auto timed = [&](size_t d) {
+    const bp_plugin_api* api = p.devs[d].plugin->api();
+    return p.profile && has_field(api, &bp_plugin_api::call_device_times) && api->begin_timed &&
+           api->call_device_times;
+  };
+  auto read_device_times = [&](size_t d) {
+    if (!timed(d) || p.calls[d].empty()) return;
+    std::vector<uint64_t> ns(p.calls[d].size(), UINT64_MAX);
+    const Plugin& plugin = *p.devs[d].plugin;
+    plugin.check(plugin.api()->call_device_times(p.devs[d].handle, ns.data(), ns.size()),
+                 "device '" + p.devs[d].device->name() + "': call_device_times");
+    for (size_t i = 0; i < ns.size(); ++i)
+      if (ns[i] != UINT64_MAX) p.step_device_seconds[static_cast<size_t>(p.calls[d][i])] = static_cast<double>(ns[i]) * 1e-9;
+  };
   auto sync = [&](size_t d, const std::string* what) {
     pending[d] = 0;
     const Plugin& plugin = *p.devs[d].plugin;
@@ -968,7 +988,10 @@ void Plan::Impl::execute() {
     const auto t0 = p.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     bp_error* err = api->synchronize(p.devs[d].handle);
     if (p.profile) p.sync_seconds[d] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!err) return;
+    if (!err) {
+      if (p.profile) read_device_times(d);
+      return;
+    }
     // ABI 1.2: the plugin may say which kernel call's work failed; name its
     // step as for an error the kernel returned itself.
     const auto code = api->error_code(err);
@@ -1023,7 +1046,10 @@ void Plan::Impl::execute() {
       const PlanDevice& d = p.devs[st.dev];
       const bp_plugin_api* api = d.plugin->api();
       if (!pending[st.dev]) {
-        if (api->begin) d.plugin->check(api->begin(d.handle), "device '" + d.device->name() + "': begin");
+        if (timed(st.dev))
+          d.plugin->check(api->begin_timed(d.handle), "device '" + d.device->name() + "': begin_timed");
+        else if (api->begin)
+          d.plugin->check(api->begin(d.handle), "device '" + d.device->name() + "': begin");
         pending[st.dev] = 1;
         p.calls[st.dev].clear();
       }
@@ -1230,12 +1256,13 @@ std::vector<Plan::StepTime> Plan::profile() const {
   std::lock_guard<Gate> lk(impl_->mu);
   for (size_t s = 0; s < impl_->steps.size(); ++s) {
     const Step& st = impl_->steps[s];
-    out.push_back({st.what, impl_->devs[st.dev].device->name(), st.transfer, impl_->step_seconds[s], st.node, st.op});
+    out.push_back({st.what, impl_->devs[st.dev].device->name(), st.transfer, impl_->step_seconds[s], st.node, st.op,
+                   s < impl_->step_device_seconds.size() ? impl_->step_device_seconds[s] : -1.0});
   }
   for (size_t d = 0; d < impl_->devs.size(); ++d)
     if (impl_->devs[d].plugin->api()->synchronize && d < impl_->sync_seconds.size())
       out.push_back({"synchronize " + impl_->devs[d].device->name(), impl_->devs[d].device->name(), false,
-                     impl_->sync_seconds[d], "", ""});
+                     impl_->sync_seconds[d], "", "", -1.0});
   return out;
 }
 
@@ -1248,7 +1275,12 @@ std::string Plan::profile_table() const {
   char buf[64];
   for (const auto& r : rows) {
     std::snprintf(buf, sizeof buf, "%12.3f us  %5.1f%%  ", r.seconds * 1e6, total > 0 ? 100.0 * r.seconds / total : 0.0);
-    s += std::string(buf) + r.what + "\n";
+    s += std::string(buf) + r.what;
+    if (r.device_seconds >= 0) {
+      std::snprintf(buf, sizeof buf, "  [on the device %.3f us]", r.device_seconds * 1e6);
+      s += buf;
+    }
+    s += "\n";
   }
   std::snprintf(buf, sizeof buf, "%12.3f us  total\n", total * 1e6);
   s += buf;
@@ -1262,6 +1294,7 @@ Json Plan::profile_json() const {
     total += r.seconds;
     steps.push_back({{"what", r.what}, {"device", r.device}, {"kind", r.transfer ? "transfer" : r.node.empty() ? "synchronize" : "kernel"},
                      {"node", r.node}, {"op", r.op}, {"seconds", r.seconds}});
+    if (r.device_seconds >= 0) steps.back()["device_seconds"] = r.device_seconds;
   }
   return Json{{"steps", steps}, {"total_seconds", total}};
 }

@@ -595,7 +595,8 @@ class Plan {
   std::vector<Placement> placement() const;
   // With CompileOptions::profile: each step of the last run and its seconds,
   // then one "synchronize <device>" row per device with asynchronous work
-  // (where a Vulkan device's kernel time shows).
+  // (the wait for the device's work). A device that times its own calls
+  // (Vulkan) also gives each kernel row its device_seconds.
   struct StepTime {
     std::string what;
     std::string device;
@@ -603,6 +604,11 @@ class Plan {
     double seconds = 0;
     std::string node;  // the graph node ("" for transfers and synchronize rows)
     std::string op;
+    // A kernel's own time on the device, measured by the device (Vulkan
+    // timestamp queries; ABI 1.3 call_device_times); negative where the
+    // device does not measure it. `seconds` is then the host's time to
+    // enqueue the call, and the device time shows here.
+    double device_seconds = -1;
   };
   std::vector<StepTime> profile() const;
   // The same as a text table and as JSON {"steps": [...], "total_seconds"}.

@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_VERSION_MAJOR 1
-#define BP_ABI_VERSION_MINOR 2
+#define BP_ABI_VERSION_MINOR 3
 
 /* The one symbol every plugin exports (see bp_plugin_entry_fn). */
 #define BP_PLUGIN_ENTRY_SYMBOL "backplane_plugin_entry"
@@ -458,6 +458,20 @@ typedef struct bp_plugin_api {
    * when the error belongs to no one call. The host uses it to name the node,
    * op and kernel, as it does for an error a kernel returns itself. */
   int64_t (*error_call_index)(const bp_error* error);
+
+  /* ABI 1.3. Optional (NULL = the device cannot time its calls): begin() for
+   * a run whose kernel calls the host wants timed on the device (a profiled
+   * plan). Behaves as begin(); in addition the device measures how long each
+   * kernel call made until the next synchronize() ran on the device (GPU
+   * timestamp queries, for example). May be NULL even when begin() is not. */
+  bp_error* (*begin_timed)(bp_device* device);
+  /* ABI 1.3. Optional (set together with begin_timed): after a synchronize()
+   * that returned success and followed begin_timed(), writes the device time
+   * in nanoseconds of each kernel call made since that begin_timed(), in call
+   * order, to out_ns[0..n_calls). n_calls must equal the number of calls made;
+   * otherwise it returns BP_ERR_INVALID_ARGUMENT. A call whose time the
+   * device could not measure gets UINT64_MAX. */
+  bp_error* (*call_device_times)(bp_device* device, uint64_t* out_ns, size_t n_calls);
 } bp_plugin_api;
 
 /* What the host asks the entry symbol. */
