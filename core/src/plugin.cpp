@@ -355,6 +355,12 @@ Device::~Device() = default;
 
 const std::string& Device::plugin_name() const { return plugin_->info().name; }
 
+bool Device::imports_host_memory() const {
+  const bp_plugin_api* api = plugin_->loaded() ? plugin_->api() : nullptr;
+  return api && info_.memory_kind != BP_MEMORY_DEVICE && has_field(api, &bp_plugin_api::buffer_import_host) &&
+         api->buffer_import_host;
+}
+
 std::vector<KernelInfo> Device::kernels() const {
   std::vector<KernelInfo> out;
   const auto& all = plugin_->info().kernels;

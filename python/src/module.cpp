@@ -99,7 +99,8 @@ struct PyCompletion {
 };
 
 // Host arrays of at least this many bytes are read in place on a device
-// that can (the cpu); smaller ones are copied, which is cheaper.
+// that can import host memory (the cpu; vulkan0 where the driver imports
+// host pointers); smaller ones are copied, which is cheaper.
 constexpr uint64_t kInPlaceBytes = 16 * 1024;
 
 void set_input(Runtime* rt, Plan& plan, const std::string& name, const py::handle& value, bool copy = false) {
@@ -113,11 +114,15 @@ void set_input(Runtime* rt, Plan& plan, const std::string& name, const py::handl
     const bool exact = dtype_of(a.dtype()) == dtype && (a.flags() & py::array::c_style);
     if (exact && !copy && static_cast<uint64_t>(a.nbytes()) >= kInPlaceBytes && rt) {
       Device& dev = plan.input_device(name);
-      if (dev.plugin_name() == "cpu" && shape_of(a) == shape &&
+      if (dev.imports_host_memory() && shape_of(a) == shape &&
           reinterpret_cast<uintptr_t>(a.data()) % std::max<size_t>(a.itemsize(), 1) == 0) {
-        plan.set_input(name, rt->wrap_host(const_cast<void*>(a.data()), static_cast<uint64_t>(a.nbytes()), dtype,
-                                           shape, dev, hold(a)));
-        return;
+        try {
+          plan.set_input(name, rt->wrap_host(const_cast<void*>(a.data()), static_cast<uint64_t>(a.nbytes()), dtype,
+                                             shape, dev, hold(a)));
+          return;
+        } catch (const Error&) {
+          // This pointer refused (alignment the driver needs): copy below.
+        }
       }
     }
     if (exact) {

@@ -338,6 +338,10 @@ class Device {
   // The kernels this device runs (the plugin's table, less what the device
   // says it lacks).
   std::vector<KernelInfo> kernels() const;
+  // Whether the device's plugin can use application memory in place
+  // (Runtime::wrap_host, DLPack import, Plan::bind_output of host memory).
+  // It may still refuse one pointer (alignment), with the reason.
+  bool imports_host_memory() const;
 
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
