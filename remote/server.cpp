@@ -43,6 +43,8 @@ struct ServedDevice {
   std::vector<bool> supported;
   bp_device_info info{};
   std::mutex run;  // one batch at a time per device (begin..synchronize)
+  // Whether the plugin imported a probe of the shared memory (-1: not tried).
+  std::atomic<int> shm_import{-1};
 };
 
 std::string take(const Plugin& p, bp_error* e, int64_t* call_index = nullptr) {
@@ -119,9 +121,28 @@ constexpr size_t kMaxCheckedBytes = size_t{256} << 20;   // one batch's checked 
 constexpr size_t kMaxRecordedBytes = size_t{256} << 20;  // one session's recorded sequences
 constexpr size_t kMaxBuffers = size_t{1} << 16;          // buffers one session holds
 
-bool can_import(const ServedDevice& d) {
+// Whether buffers of `d` may live in the shared memory: the plugin has the
+// entry and imports a probe of that memory (the Vulkan plugin has the entry
+// on every device, and imports only where the driver can).
+bool can_import(ServedDevice& d, char* shm, uint64_t shm_size) {
   const auto* api = d.plugin->api();
-  return has_field(api, &bp_plugin_api::buffer_import_host) && api->buffer_import_host;
+  if (!shm || !has_field(api, &bp_plugin_api::buffer_import_host) || !api->buffer_import_host) return false;
+  int known = d.shm_import.load();
+  if (known < 0) {
+    const uint64_t probe = std::max<uint64_t>(d.info.buffer_alignment, 64);
+    bp_buffer b{};
+    b.struct_size = sizeof b;
+    known = 0;
+    if (probe <= shm_size) {
+      if (bp_error* e = api->buffer_import_host(d.handle, shm, probe, &b))
+        d.plugin->take_error(e);
+      else
+        known = 1;
+      if (known) api->buffer_free(d.handle, b.handle);
+    }
+    d.shm_import.store(known);
+  }
+  return known == 1;
 }
 
 Response failure(bp_status_code code, const std::string& message, int64_t call_index = -1) {
@@ -237,7 +258,7 @@ Response Service::hello() {
     dd->set_plugin(d->plugin->info().name);
     for (size_t k = 0; k < d->supported.size(); ++k)
       if (d->supported[k]) dd->add_kernels(static_cast<uint32_t>(k));
-    dd->set_shm_buffers(shm_ && can_import(*d));
+    dd->set_shm_buffers(can_import(*d, shm_, shm_size_));
   }
   return r;
 }
@@ -250,7 +271,7 @@ Response Service::allocate(State& st, const Allocate& a) {
   if (a.in_shm()) {
     // A range of the shared memory becomes a buffer of the device in place.
     uint64_t end = 0;
-    if (!shm_ || !can_import(d)) return failure(BP_ERR_INVALID_ARGUMENT, "allocate: no shared-memory buffers on this device");
+    if (!can_import(d, shm_, shm_size_)) return failure(BP_ERR_INVALID_ARGUMENT, "allocate: no shared-memory buffers on this device");
     if (__builtin_add_overflow(a.shm_offset(), a.size(), &end) || end > shm_size_ || a.size() == 0 ||
         (d.info.buffer_alignment && a.shm_offset() % d.info.buffer_alignment != 0))
       return failure(BP_ERR_INVALID_ARGUMENT, "allocate: not an aligned range of the shared memory");

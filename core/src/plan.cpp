@@ -224,10 +224,14 @@ class Builder {
     p_.notes = l_.notes;
     for (const auto& n : l_.nodes) emit(n);
     // A zero-copy alias keeps the memory it imports alive as long as itself.
+    // An asynchronous reader (Vulkan importing CPU memory) runs its work at
+    // its synchronize(), after later steps of other devices: the memory is
+    // then never shared, so no later step overwrites it first.
     for (size_t i = p_.vbufs.size(); i-- > 0;)
       if (p_.vbufs[i].alias_of >= 0) {
         auto& src = p_.vbufs[p_.vbufs[i].alias_of];
         src.last_use = std::max(src.last_use, p_.vbufs[i].last_use);
+        if (p_.devs[p_.vbufs[i].dev].plugin->api()->synchronize) src.pinned = true;
       }
     assign_cells();
     allocate();
@@ -810,7 +814,8 @@ void Plan::Impl::set_input(const std::string& name, const Tensor& t) {
   if (why_not.empty()) {
     bind_cell(c, ti->cell, ti->byte_offset);
     input_set[i] = 1;
-    input_note[i] = "a Tensor on " + here + ", read in place (no copy)";
+    input_note[i] = ti->cell->host_memory ? "the application's memory, imported by " + here + ", read in place (no copy)"
+                                          : "a Tensor on " + here + ", read in place (no copy)";
     return;
   }
   // A copy: into the plan's own buffer, densely (through host memory; the
@@ -916,7 +921,8 @@ void Plan::bind_output(const std::string& name, const Tensor& t) {
     if (p.cells[k] == ti->cell && static_cast<int>(k) != c)
       throw Error(what + "the buffer is already used by this plan (a buffer of its own, or a bound input or output)");
   p.bind_cell(c, ti->cell, ti->byte_offset);
-  p.output_note[name] = "written in place into a bound buffer on " + mine.owner->name();
+  p.output_note[name] = "written in place into a bound buffer on " + mine.owner->name() +
+                        (ti->cell->host_memory ? " (the application's memory, imported: no copy)" : "");
 }
 
 void Plan::bind_output(const std::string& name, void* data, uint64_t bytes, std::shared_ptr<void> owner) {

@@ -72,6 +72,7 @@ std::shared_ptr<Cell> import_cell(const std::shared_ptr<Runtime::Impl>& rt, Devi
   c->device = DeviceAccess::handle(dev);
   c->size = size + lead;
   c->keepalive = std::move(keepalive);
+  c->host_memory = true;
   bp_buffer b{};
   b.struct_size = sizeof b;
   bp_error* err = api->buffer_import_host(c->device, start, c->size, &b);

@@ -28,6 +28,10 @@ struct Cell {
   // Imported application memory: what keeps it alive (released after the
   // device's buffer is freed: members go after the destructor's body).
   std::shared_ptr<void> keepalive;
+  // The application's memory, imported in place (wrap_host, from_dlpack,
+  // bind_output of host memory): what describe() tells apart from a buffer
+  // of the device's own.
+  bool host_memory = false;
   // A zero-copy transfer's buffer: the cell whose memory it imports (kept
   // while this one lives, e.g. in a Tensor after its plan is gone).
   std::shared_ptr<Cell> imports;

@@ -162,6 +162,23 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
                                 (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
   }
 
+  // Host memory imported in place (buffer_import_host): the extension needs
+  // VK_KHR_external_memory, core in 1.1 (the plugin's minimum).
+  if (has_extension(exts, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
+    VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp{};
+    hp.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT;
+    VkPhysicalDeviceProperties2 p2{};
+    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+    p2.pNext = &hp;
+    vkGetPhysicalDeviceProperties2(phys, &p2);
+    const uint64_t a = hp.minImportedHostPointerAlignment;
+    if (a != 0 && (a & (a - 1)) == 0) {
+      enabled_exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+      features.host_import = true;
+      host_import_alignment = a;
+    }
+  }
+
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qci{};
   qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
@@ -183,6 +200,12 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
     vkDestroyDevice(dev, nullptr);
     dev = VK_NULL_HANDLE;
     fail(BP_ERR_UNAVAILABLE, "vulkan: " + description + ": no vkGetBufferDeviceAddress");
+  }
+
+  if (features.host_import) {
+    get_host_pointer_properties = reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(
+        vkGetDeviceProcAddr(dev, "vkGetMemoryHostPointerPropertiesEXT"));
+    if (!get_host_pointer_properties) features.host_import = false;
   }
 
   try {

@@ -20,6 +20,9 @@ struct Features {
   bool float64 = false;    // shaderFloat64
   bool int64 = false;      // shaderInt64 (i64 arithmetic; i64 indices need none)
   bool subgroup_shuffle = false;  // compute-stage subgroup shuffles (the _sg reductions)
+  // VK_EXT_external_memory_host, enabled: host memory imported as buffers
+  // without a copy (buffer_import_host; Memory::import_host).
+  bool host_import = false;
 };
 
 class Device {
@@ -40,6 +43,11 @@ class Device {
   Features features;
   // vkGetBufferDeviceAddress (core 1.2) or its KHR alias.
   PFN_vkGetBufferDeviceAddress get_buffer_address = nullptr;
+  // vkGetMemoryHostPointerPropertiesEXT, when features.host_import.
+  PFN_vkGetMemoryHostPointerPropertiesEXT get_host_pointer_properties = nullptr;
+  // VkPhysicalDeviceExternalMemoryHostPropertiesEXT::minImportedHostPointerAlignment
+  // (0 without the extension).
+  uint64_t host_import_alignment = 0;
 
   std::mutex mu;  // one caller at a time per device
   Memory memory;

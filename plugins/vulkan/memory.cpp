@@ -3,7 +3,11 @@
 #include "device.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+
+#include <unistd.h>
 
 namespace bpvk {
 
@@ -14,6 +18,19 @@ constexpr VkBufferUsageFlags kBlockUsage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | 
                                            VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+constexpr VkExternalMemoryHandleTypeFlagBits kHostAllocation = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+
+std::string hex(uintptr_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+uint64_t page_size() {
+  const long p = sysconf(_SC_PAGESIZE);
+  return p > 0 ? static_cast<uint64_t>(p) : 4096;
+}
 
 // Memory types allowed for a buffer with `usage`.
 uint32_t buffer_type_bits(VkDevice dev, VkBufferUsageFlags usage) {
@@ -77,6 +94,24 @@ void Memory::init(Device* dev) {
   // refused by the host's plan (naming the node and the bytes) before a run.
   max_alloc_ = std::min<uint64_t>(max_alloc_, mp.memoryHeaps[mp.memoryTypes[device_type_].heapIndex].size);
   block_size_ = std::min<uint64_t>(block_size_, max_alloc_);
+
+  // Host memory imported in place: the driver must import host allocations
+  // into buffers of the blocks' usage (storage, transfers, device address).
+  if (dev->features.host_import) {
+    VkPhysicalDeviceExternalBufferInfo ebi{};
+    ebi.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_BUFFER_INFO;
+    ebi.usage = kBlockUsage;
+    ebi.handleType = kHostAllocation;
+    VkExternalBufferProperties ebp{};
+    ebp.sType = VK_STRUCTURE_TYPE_EXTERNAL_BUFFER_PROPERTIES;
+    vkGetPhysicalDeviceExternalBufferProperties(dev->phys, &ebi, &ebp);
+    const auto& em = ebp.externalMemoryProperties;
+    import_ok_ = (em.externalMemoryFeatures & VK_EXTERNAL_MEMORY_FEATURE_IMPORTABLE_BIT) != 0;
+    import_dedicated_ = (em.externalMemoryFeatures & VK_EXTERNAL_MEMORY_FEATURE_DEDICATED_ONLY_BIT) != 0;
+    if (!import_ok_)
+      log(BP_LOG_INFO, "vulkan: " + dev->name + " has VK_EXT_external_memory_host but cannot import host memory "
+                       "into storage buffers with device addresses; host data is copied");
+  }
 }
 
 void Memory::destroy() {
@@ -140,14 +175,161 @@ Block* Memory::new_block(uint64_t size) {
   }
   b->size = size;
   b->free[0] = size;
+  return blocks_[add_block(std::move(b))].get();
+}
+
+uint32_t Memory::add_block(std::unique_ptr<Block> b) {
   // Reuse an empty slot in the block list.
-  for (auto& slot : blocks_)
-    if (!slot) {
-      slot = std::move(b);
-      return slot.get();
+  for (uint32_t i = 0; i < blocks_.size(); ++i)
+    if (!blocks_[i]) {
+      blocks_[i] = std::move(b);
+      return i;
     }
   blocks_.push_back(std::move(b));
-  return blocks_.back().get();
+  return static_cast<uint32_t>(blocks_.size() - 1);
+}
+
+bp_buffer Memory::import_host(void* ptr, uint64_t size) {
+  const std::string& dn = dev_->name;
+  BPVK_CHECK(dev_->features.host_import, BP_ERR_UNIMPLEMENTED,
+             "vulkan: " + dn + " cannot import host memory (its driver lacks VK_EXT_external_memory_host)");
+  BPVK_CHECK(import_ok_, BP_ERR_UNIMPLEMENTED,
+             "vulkan: " + dn + " cannot import host memory into storage buffers with device addresses");
+  if (const char* e = std::getenv("BACKPLANE_VULKAN_HOST_IMPORT"); e && std::strcmp(e, "0") == 0)
+    fail(BP_ERR_UNAVAILABLE, "vulkan: host memory import on " + dn + " is disabled (BACKPLANE_VULKAN_HOST_IMPORT=0)");
+  BPVK_CHECK(ptr != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_import_host of a NULL pointer");
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  BPVK_CHECK(addr % alignment_ == 0, BP_ERR_INVALID_ARGUMENT,
+             "vulkan: host memory at " + hex(addr) + " is not aligned to " + dn + "'s buffer_alignment (" +
+                 std::to_string(alignment_) + " bytes)");
+  BPVK_CHECK(size <= max_alloc_ && addr + size >= addr, BP_ERR_OUT_OF_MEMORY,
+             "vulkan: importing " + std::to_string(size) + " bytes of host memory: " + dn + " allocates at most " +
+                 std::to_string(max_alloc_));
+  // The driver imports whole units of minImportedHostPointerAlignment. Up to
+  // a page, the units around [ptr, ptr + size) lie in pages the host's own
+  // bytes occupy, so they are mapped memory and may be imported (the device
+  // reads and writes only the buffer's bytes). A larger unit could reach an
+  // unmapped page: then the range itself must be whole units.
+  const uint64_t unit = dev_->host_import_alignment;
+  const uint64_t start = addr / unit * unit;
+  const uint64_t end = align_up(addr + std::max<uint64_t>(size, 1), unit);
+  if (unit > page_size())
+    BPVK_CHECK(start == addr && end == addr + size, BP_ERR_INVALID_ARGUMENT,
+               "vulkan: " + dn + " imports host memory in units of " + std::to_string(unit) +
+                   " bytes (minImportedHostPointerAlignment, more than a page): the address " + hex(addr) +
+                   " and the size " + std::to_string(size) + " must be multiples of it");
+  const uint64_t span = end - start;
+  BPVK_CHECK(span <= max_alloc_, BP_ERR_OUT_OF_MEMORY,
+             "vulkan: importing " + std::to_string(span) + " bytes of host memory: " + dn + " allocates at most " +
+                 std::to_string(max_alloc_));
+  void* base = reinterpret_cast<void*>(static_cast<uintptr_t>(start));
+
+  VkMemoryHostPointerPropertiesEXT hp{};
+  hp.sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT;
+  VkResult r = dev_->get_host_pointer_properties(dev_->dev, kHostAllocation, base, &hp);
+  BPVK_CHECK(r == VK_SUCCESS, BP_ERR_UNAVAILABLE,
+             "vulkan: " + dn + " cannot import the host memory at " + hex(addr) +
+                 " (vkGetMemoryHostPointerPropertiesEXT: " + vk_result_name(r) + ")");
+
+  auto b = std::make_unique<Block>();
+  auto release = [&] {
+    if (b->buffer) vkDestroyBuffer(dev_->dev, b->buffer, nullptr);
+    if (b->memory) vkFreeMemory(dev_->dev, b->memory, nullptr);
+    b->buffer = VK_NULL_HANDLE;
+    b->memory = VK_NULL_HANDLE;
+  };
+  VkExternalMemoryBufferCreateInfo ext{};
+  ext.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO;
+  ext.handleTypes = kHostAllocation;
+  VkBufferCreateInfo bci{};
+  bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+  bci.pNext = &ext;
+  bci.size = span;
+  bci.usage = kBlockUsage;
+  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  vk_check(vkCreateBuffer(dev_->dev, &bci, nullptr, &b->buffer), "vkCreateBuffer (imported host memory)");
+  VkMemoryRequirements req{};
+  vkGetBufferMemoryRequirements(dev_->dev, b->buffer, &req);
+  // A device-local, host-visible, coherent type: host memory that is the
+  // device's own (lavapipe, integrated GPUs), which the host's writes reach
+  // without a flush and the device's without an invalidate. A discrete GPU
+  // offers host pointers only as memory across the bus, which every kernel
+  // would then read through: refused, so the host copies into the device's
+  // memory once instead.
+  constexpr VkMemoryPropertyFlags kWant = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                          VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  const auto& mp = dev_->mem_props;
+  int type = -1;
+  for (uint32_t t = 0; t < mp.memoryTypeCount && type < 0; ++t)
+    if ((hp.memoryTypeBits & req.memoryTypeBits & (1u << t)) && (mp.memoryTypes[t].propertyFlags & kWant) == kWant)
+      type = static_cast<int>(t);
+  if (type < 0 || req.size > span || start % std::max<uint64_t>(req.alignment, 1) != 0) {
+    release();
+    fail(BP_ERR_UNAVAILABLE, "vulkan: " + dn + " can use the host memory at " + hex(addr) +
+                                 " only across the bus (no device-local, host-coherent memory type for it); the host "
+                                 "copies it instead");
+  }
+  VkMemoryAllocateFlagsInfo flags{};
+  flags.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO;
+  flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+  VkMemoryDedicatedAllocateInfo dedicated{};
+  dedicated.sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO;
+  dedicated.buffer = b->buffer;
+  if (import_dedicated_) flags.pNext = &dedicated;
+  VkImportMemoryHostPointerInfoEXT import{};
+  import.sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT;
+  import.pNext = &flags;
+  import.handleType = kHostAllocation;
+  import.pHostPointer = base;
+  VkMemoryAllocateInfo mai{};
+  mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+  mai.pNext = &import;
+  mai.allocationSize = span;
+  mai.memoryTypeIndex = static_cast<uint32_t>(type);
+  r = vkAllocateMemory(dev_->dev, &mai, nullptr, &b->memory);
+  if (r == VK_SUCCESS) r = vkBindBufferMemory(dev_->dev, b->buffer, b->memory, 0);
+  if (r != VK_SUCCESS) {
+    release();
+    fail(r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? BP_ERR_OUT_OF_MEMORY : BP_ERR_UNAVAILABLE,
+         "vulkan: " + dn + " refused to import " + std::to_string(span) + " bytes of host memory at " + hex(start) + " (" +
+             vk_result_name(r) + ")");
+  }
+  VkBufferDeviceAddressInfo ai{};
+  ai.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO;
+  ai.buffer = b->buffer;
+  b->address = dev_->get_buffer_address(dev_->dev, &ai);
+  if (b->address % 64 != 0) {
+    // As for blocks: operand windows are 64-byte aligned from this address.
+    release();
+    fail(BP_ERR_UNAVAILABLE, "vulkan: " + dn + " placed imported host memory at an address not 64-byte aligned");
+  }
+  b->mapped = static_cast<uint8_t*>(base);
+  b->size = span;
+  b->imported = true;
+  b->live = 1;
+  Allocation a{};
+  a.offset = addr - start;
+  a.size = size;
+  a.reserved = span - a.offset;
+  const uint64_t handle = next_handle_;
+  try {
+    // Room first (what may throw), then the block moves in.
+    a.block = 0;
+    while (a.block < blocks_.size() && blocks_[a.block]) ++a.block;
+    if (a.block == blocks_.size()) blocks_.emplace_back();
+    allocs_.emplace(handle, a);
+  } catch (...) {
+    release();
+    throw;
+  }
+  blocks_[a.block] = std::move(b);
+  ++next_handle_;
+  bp_buffer out{};
+  out.struct_size = sizeof(bp_buffer);
+  out.handle = handle;
+  out.host_ptr = ptr;
+  out.size = size;
+  return out;
 }
 
 bp_buffer Memory::allocate(uint64_t size) {
@@ -160,7 +342,7 @@ bp_buffer Memory::allocate(uint64_t size) {
   // First fit in an existing shared block.
   for (uint32_t bi = 0; bi < blocks_.size() && !placed; ++bi) {
     Block* b = blocks_[bi].get();
-    if (!b) continue;
+    if (!b || b->imported) continue;
     for (auto it = b->free.begin(); it != b->free.end(); ++it) {
       if (it->second < need) continue;
       a.block = bi;
@@ -203,6 +385,13 @@ void Memory::free(uint64_t handle) {
   const Allocation a = it->second;
   allocs_.erase(it);
   Block* b = blocks_[a.block].get();
+  if (b->imported) {
+    // The wrapper only: the memory stays the host's.
+    vkDestroyBuffer(dev_->dev, b->buffer, nullptr);
+    vkFreeMemory(dev_->dev, b->memory, nullptr);
+    blocks_[a.block].reset();
+    return;
+  }
   // Insert and coalesce with neighbours.
   auto [pos, ok] = b->free.emplace(a.offset, a.reserved);
   (void)ok;
@@ -222,7 +411,7 @@ void Memory::free(uint64_t handle) {
     // Give dedicated and surplus blocks back; keep one shared block warm.
     uint32_t shared_blocks = 0;
     for (auto& bb : blocks_)
-      if (bb && bb->size == block_size_) ++shared_blocks;
+      if (bb && !bb->imported && bb->size == block_size_) ++shared_blocks;
     if (b->size != block_size_ || shared_blocks > 1) {
       vkDestroyBuffer(dev_->dev, b->buffer, nullptr);
       vkFreeMemory(dev_->dev, b->memory, nullptr);

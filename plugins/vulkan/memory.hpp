@@ -31,6 +31,9 @@ struct Block {
   VkDeviceAddress address = 0;  // of `buffer` (shaders address operands by it)
   std::map<uint64_t, uint64_t> free;  // offset -> size, coalesced
   uint64_t live = 0;                  // allocations in this block
+  // The host's memory (import_host): one buffer, never shared; freeing it
+  // releases the VkDeviceMemory and VkBuffer only.
+  bool imported = false;
 };
 
 struct Allocation {
@@ -46,6 +49,14 @@ class Memory {
   void destroy();
 
   bp_buffer allocate(uint64_t size);
+  // `size` bytes of host memory at `ptr` as a buffer, in place
+  // (VK_EXT_external_memory_host): the range imported is widened to
+  // minImportedHostPointerAlignment, which must not exceed a page (so the
+  // widened range lies in pages the host's bytes already occupy); the
+  // buffer's own bytes start at `ptr`. Throws (BP_ERR_UNIMPLEMENTED without
+  // the extension, BP_ERR_INVALID_ARGUMENT for a pointer or size the device
+  // cannot import, BP_ERR_UNAVAILABLE when the driver refuses) with the reason.
+  bp_buffer import_host(void* ptr, uint64_t size);
   void free(uint64_t handle);
   // Throws BP_ERR_INVALID_ARGUMENT for an unknown handle.
   const Allocation& get(uint64_t handle) const;
@@ -66,9 +77,13 @@ class Memory {
   bool host_mapped() const { return mapped_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t max_allocation() const { return max_alloc_; }
+  // Whether import_host can work on this device (the extension, and buffers
+  // of the plugin's usage importable from host allocations).
+  bool can_import() const { return import_ok_; }
 
  private:
   Block* new_block(uint64_t size);
+  uint32_t add_block(std::unique_ptr<Block> b);  // its index in blocks_
   void staged_copy(VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t size);
 
   Device* dev_ = nullptr;
@@ -78,6 +93,8 @@ class Memory {
   uint64_t alignment_ = 16;
   uint64_t block_size_ = 64ull << 20;
   uint64_t max_alloc_ = 0;
+  bool import_ok_ = false;
+  bool import_dedicated_ = false;  // imports need a dedicated allocation
   std::vector<std::unique_ptr<Block>> blocks_;
   std::unordered_map<uint64_t, Allocation> allocs_;
   uint64_t next_handle_ = 1;

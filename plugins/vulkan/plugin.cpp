@@ -77,6 +77,16 @@ bp_error* api_buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out) 
   });
 }
 
+// ABI 1.1: host memory as a buffer in place (VK_EXT_external_memory_host).
+bp_error* api_buffer_import_host(bp_device* device, void* host_ptr, uint64_t size, bp_buffer* out) {
+  return sdk::guard([&] {
+    BPVK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_import_host without out_buffer");
+    Device& d = Device::from(device);
+    std::lock_guard<std::mutex> lock(d.mu);
+    *out = d.memory.import_host(host_ptr, size);
+  });
+}
+
 void api_buffer_free(bp_device* device, uint64_t handle) {
   if (!device) return;
   try {
@@ -186,10 +196,13 @@ const bp_plugin_api* api_table() {
     a.device_supports_kernel = api_device_supports_kernel;
     a.buffer_allocate = api_buffer_allocate;
     a.buffer_free = api_buffer_free;
+    a.buffer_import_host = api_buffer_import_host;
     a.buffer_write = api_buffer_write;
     a.buffer_read = api_buffer_read;
     a.begin = api_begin;
     a.synchronize = api_synchronize;
+    a.begin_timed = api_begin_timed;  // ABI 1.3: timestamp queries (exec.cpp)
+    a.call_device_times = api_call_device_times;
     a.infer_custom_op = nullptr;
     return a;
   }();
