@@ -59,9 +59,10 @@ def compile(graph, device="auto", keep=(), profile=False):  # noqa: A001 (the co
     return runtime().compile(graph, device, list(keep), profile)
 
 
-def upload(array, device="auto"):
-    """Copies a NumPy array into a new Tensor on `device`."""
-    return runtime().upload(array, device)
+def upload(array, device="auto", dtype=None):
+    """Copies a NumPy array into a new Tensor on `device` (`dtype` converts
+    first; "bf16" rounds float values to nearest even)."""
+    return runtime().upload(array, device, dtype)
 
 
 def from_dlpack(obj, device=None):

@@ -3,6 +3,7 @@
 // NumPy arrays go in and come out; device tensors (backplane.Tensor) stay on
 // their device and speak DLPack. The GIL is released while a plan runs.
 #include <backplane/backplane.hpp>
+#include <backplane/sdk/dtype.hpp>
 
 #include <dlpack/dlpack.h>
 #include <pybind11/numpy.h>
@@ -34,7 +35,10 @@ const char* status_name(bp_status_code c) {
   }
 }
 
-// NumPy dtype <-> bp_dtype (bf16 has no NumPy type).
+// NumPy dtype <-> bp_dtype. bf16 has no NumPy type: its values cross as
+// float32 (exact when read out; rounded to nearest even when written in),
+// as PyTorch's .float() does. PyTorch's own bf16 tensors cross through
+// DLPack unchanged.
 bp_dtype dtype_of(const py::dtype& d) {
   const char k = d.kind();
   const auto n = d.itemsize();
@@ -50,7 +54,7 @@ py::dtype numpy_dtype(bp_dtype d) {
     case BP_DTYPE_F32: return py::dtype("float32");
     case BP_DTYPE_F64: return py::dtype("float64");
     case BP_DTYPE_F16: return py::dtype("float16");
-    case BP_DTYPE_BF16: return py::dtype("uint16");  // raw bits
+    case BP_DTYPE_BF16: return py::dtype("float32");  // the values, widened
     case BP_DTYPE_I8: return py::dtype("int8");
     case BP_DTYPE_I16: return py::dtype("int16");
     case BP_DTYPE_I32: return py::dtype("int32");
@@ -81,16 +85,42 @@ std::shared_ptr<void> hold(py::object o) {
   });
 }
 
+// float32 values -> a uint16 array of their bf16 bits (C order).
+py::array to_bf16_bits(const py::array& floats) {
+  py::array_t<float, py::array::c_style | py::array::forcecast> f(floats);
+  py::array_t<uint16_t> out(std::vector<py::ssize_t>(f.shape(), f.shape() + f.ndim()));
+  const float* src = f.data();
+  uint16_t* dst = out.mutable_data();
+  for (py::ssize_t i = 0; i < f.size(); ++i) dst[i] = float_to_bf16(src[i]);
+  return out;
+}
+
+// A NumPy array holding `shape` elements of `dtype`, filled by read(dst,
+// bytes) with the elements' bytes (bf16 widened to float32 after reading).
+template <typename Read> py::array host_array(bp_dtype dtype, const Shape& shape, Read&& read) {
+  py::array out(numpy_dtype(dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()));
+  if (dtype != BP_DTYPE_BF16) {
+    read(out.mutable_data(), static_cast<uint64_t>(out.nbytes()));
+    return out;
+  }
+  std::vector<uint16_t> bits(static_cast<size_t>(out.size()));
+  read(bits.data(), static_cast<uint64_t>(bits.size() * sizeof(uint16_t)));
+  auto* dst = static_cast<float*>(out.mutable_data());
+  for (size_t i = 0; i < bits.size(); ++i) dst[i] = bf16_to_float(bits[i]);
+  return out;
+}
+
 // A C-contiguous array of the expected dtype (converted/copied only when
-// the given one is not).
+// the given one is not; bf16 takes float values and rounds them).
 py::array as_input(const py::handle& value, bp_dtype want, const std::string& name) {
   if (!py::isinstance<py::array>(value) && !py::hasattr(value, "__array__") && !py::isinstance<py::sequence>(value) &&
       !py::isinstance<py::float_>(value) && !py::isinstance<py::int_>(value) && !py::isinstance<py::bool_>(value))
     throw Error("input '" + name + "': expected a NumPy array or a backplane.Tensor, got " +
                 py::str(py::type::of(value)).cast<std::string>());
-  return py::array::ensure(value, 0).attr("astype")(numpy_dtype(want), py::arg("order") = "C", py::arg("casting") = "same_kind",
+  auto a = py::array::ensure(value, 0).attr("astype")(numpy_dtype(want), py::arg("order") = "C", py::arg("casting") = "same_kind",
                                         py::arg("copy") = false)
       .cast<py::array>();
+  return want == BP_DTYPE_BF16 ? to_bf16_bits(a) : a;
 }
 
 struct PyCompletion {
@@ -142,9 +172,7 @@ void set_input(Runtime* rt, Plan& plan, const std::string& name, const py::handl
 
 py::array read_output(const Plan& plan, const std::string& name) {
   const auto [dtype, shape] = plan.value_type(name);
-  py::array out(numpy_dtype(dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()));
-  plan.output_into(name, out.mutable_data(), static_cast<uint64_t>(out.nbytes()));
-  return out;
+  return host_array(dtype, shape, [&](void* dst, uint64_t bytes) { plan.output_into(name, dst, bytes); });
 }
 
 py::dict outputs(const Plan& plan, const std::vector<std::string>& names) {
@@ -264,13 +292,11 @@ PYBIND11_MODULE(_backplane, m) {
                              "host address of the elements (0 when the device's memory is not host-addressable)")
       .def("is_contiguous", &Tensor::is_contiguous)
       .def("numpy", [](const Tensor& t) {
-        py::array out(numpy_dtype(t.dtype()), std::vector<py::ssize_t>(t.shape().begin(), t.shape().end()));
-        {
+        return host_array(t.dtype(), t.shape(), [&](void* dst, uint64_t bytes) {
           py::gil_scoped_release nogil;
-          t.download_into(out.mutable_data(), static_cast<uint64_t>(out.nbytes()));
-        }
-        return out;
-      }, "copies to a new NumPy array")
+          t.download_into(dst, bytes);
+        });
+      }, "copies to a new NumPy array (bf16 as float32)")
       .def("to", &Tensor::to, py::arg("device"), "copy to another device")
       .def("shares_storage_with", &Tensor::shares_storage_with)
       .def("__dlpack__", [](const Tensor& t, py::object stream) {
@@ -318,9 +344,8 @@ PYBIND11_MODULE(_backplane, m) {
     GraphFile gf = load_graph_file(path);
     py::dict inputs;
     for (auto& [name, t] : gf.inputs) {
-      py::array a(numpy_dtype(t.dtype), std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
-      std::memcpy(a.mutable_data(), t.data(), t.nbytes());
-      inputs[py::str(name)] = a;
+      inputs[py::str(name)] =
+          host_array(t.dtype, t.shape, [&](void* dst, uint64_t bytes) { std::memcpy(dst, t.data(), bytes); });
     }
     return py::make_tuple(std::move(gf.graph), inputs);
   });
@@ -455,13 +480,15 @@ PYBIND11_MODULE(_backplane, m) {
         return p;
       }, py::arg("graph"), py::arg("device") = "auto", py::arg("keep") = std::vector<std::string>{},
           py::arg("profile") = false)
-      .def("upload", [](Runtime& rt, py::object value, const std::string& device) {
+      .def("upload", [](Runtime& rt, py::object value, const std::string& device, py::object dtype) {
         py::array a = py::array::ensure(value, py::array::c_style);
         if (!a) throw Error("upload: expected a NumPy array");
-        const bp_dtype d = dtype_of(a.dtype());
+        const bp_dtype d = dtype.is_none() ? dtype_of(a.dtype()) : parse_dtype(dtype);
         if (d == BP_DTYPE_INVALID) throw Error("upload: no Backplane dtype for this array's dtype");
+        if (!dtype.is_none()) a = as_input(a, d, "upload");
         return rt.upload(a.data(), static_cast<uint64_t>(a.nbytes()), d, shape_of(a), rt.device(device));
-      }, py::arg("array"), py::arg("device") = "auto")
+      }, py::arg("array"), py::arg("device") = "auto", py::arg("dtype") = py::none(),
+         "copies a NumPy array to a device; `dtype` converts first (\"bf16\" rounds float values)")
       .def("from_dlpack", [](Runtime& rt, py::object obj, py::object device) {
         Device* dev = device.is_none() ? nullptr : &rt.device(device.cast<std::string>());
         return rt.from_dlpack(take_capsule(obj), dev);

@@ -83,6 +83,50 @@ def test_dtypes_round_trip(rt):
         np.testing.assert_array_equal(out, np.abs(x))
 
 
+def bf16_round(a):
+    """Round float32 values to bf16 (nearest even) and back, by hand."""
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16
+    return u.astype(np.uint32).view(np.float32)
+
+
+def test_bf16_values_cross_as_float32(rt):
+    # 1 + 2^-8 is halfway between two bf16 values: rounds to even (1.0);
+    # 1 + 3*2^-8 rounds up to 1 + 2^-6.
+    x = np.array([[1.0, 1 + 2**-8, 1 + 3 * 2**-8, -2.5], [0.0, 1e30, -np.inf, 3.0]], np.float32)
+    want = bf16_round(x)
+    np.testing.assert_array_equal(want[0, :3], np.array([1.0, 1.0, 1 + 2**-6], np.float32))
+    for dev in device_names(rt):
+        g = unary("neg", x.shape, "bf16")
+        try:
+            plan = rt.compile(g, dev)
+        except backplane.Error as e:
+            assert e.status == "UNIMPLEMENTED", e
+            continue
+        out = plan(x=x)["y"]
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(out, -want)
+        t = plan.output_tensor("y")
+        assert t.dtype == "bf16"
+        np.testing.assert_array_equal(t.numpy(), -want)
+    up = rt.upload(x, "cpu", dtype="bf16")
+    assert up.dtype == "bf16" and up.nbytes == x.size * 2
+    np.testing.assert_array_equal(up.numpy(), want)
+
+
+def test_bf16_with_torch_through_dlpack(rt):
+    torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+    x = torch.tensor([[1.5, -2.0, 3.25], [0.0, 7.0, -0.5]], dtype=torch.bfloat16)
+    t = backplane.from_dlpack(x)
+    assert t.dtype == "bf16" and t.data_ptr == x.data_ptr()
+    plan = rt.compile(unary("neg", (2, 3), "bf16"), "cpu")
+    plan.set_input("x", t)
+    plan.execute()
+    y = torch.from_dlpack(plan.output_tensor("y"))
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y, -x)
+
+
 def test_large_inputs_read_in_place_and_bound_outputs_written_in_place(rt):
     n = 1 << 16  # 256 KiB: read in place
     x = np.arange(n, dtype=np.float32)
