@@ -280,6 +280,8 @@ PYBIND11_MODULE(_backplane, m) {
       .def_property_readonly("kind", &Device::kind)
       .def_property_readonly("description", &Device::description)
       .def_property_readonly("plugin", &Device::plugin_name)
+      .def_property_readonly("imports_host_memory", &Device::imports_host_memory,
+                             "whether the device can use application memory in place (wrap_host, DLPack)")
       .def("__repr__", [](const Device& d) { return "<backplane.Device " + d.name() + " (" + d.kind() + ")>"; });
 
   py::class_<Tensor>(m, "Tensor")

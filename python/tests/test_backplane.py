@@ -149,6 +149,22 @@ def test_large_inputs_read_in_place_and_bound_outputs_written_in_place(rt):
     assert any("host data copied in" in line for line in small.describe())
 
 
+def test_large_inputs_in_place_on_every_device_that_imports(rt):
+    n = 1 << 16
+    for dev in device_names(rt):
+        if not rt.device(dev).imports_host_memory:
+            continue
+        x = np.arange(n, dtype=np.float32)
+        plan = rt.compile(unary("neg", (n,)), dev)
+        plan.set_input("x", x)
+        assert any("read in place (no copy)" in line for line in plan.describe()), (dev, plan.describe())
+        plan.execute()
+        np.testing.assert_array_equal(plan.output("y"), -x)
+        x[7] = 1000  # the device reads the application's memory in place
+        plan.execute()
+        assert plan.output("y")[7] == -1000, dev
+
+
 def test_dlpack_with_numpy_zero_copy(rt):
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     t = backplane.from_dlpack(a)
