@@ -157,6 +157,14 @@ struct Plan::Impl {
   const Value& output_value(const std::string& name) const;
   void bind_cell(int cell, std::shared_ptr<Cell> c, uint64_t at);
   void refresh();
+  // Per cell slot: the kernel storages that name it (step, input index; -1
+  // for the output) and how the run uses it (1 read, 2 written), so binding
+  // one Tensor re-fills only its storages (refresh() at compile fills all).
+  std::vector<std::vector<std::pair<int, int>>> cell_users;
+  std::vector<int> cell_mode;
+  void refill(int cell);
+  void order_locks();
+  void fill_output(Step& st) const;
 
   ~Impl() {
     // Zero-copy aliases before the memory they import.
@@ -581,65 +589,91 @@ class Builder {
 }  // namespace
 
 // Every bp_storage a kernel will see, and the run's lock order, from the
-// cells as bound now (at compile, and after a Tensor is bound or unbound).
+// cells as bound now (at compile; bind_cell re-fills one cell's storages).
 void Plan::Impl::refresh() {
   auto& p = *this;
-  std::map<Cell*, int> mode;  // 1 read, 2 write; one entry per distinct cell
-  auto need = [&](int cell, int m) {
-    int& x = mode[p.cells[cell].get()];
-    x = std::max(x, m);
-  };
-  {
-    for (size_t s = 0; s < p.steps.size(); ++s) {
-      Step& st = p.steps[s];
-      if (st.transfer) {
-        const Value& src = p.values[st.src_value];
-        need(p.vbufs[src.root].cell, 1);
-        if (!st.zero_copy) need(p.vbufs[p.values[st.output].root].cell, 2);
-        st.dst_offset = p.values[st.output].byte_offset;
+  p.cell_users.assign(p.cells.size(), {});
+  p.cell_mode.assign(p.cells.size(), 0);
+  auto need = [&](int cell, int m) { p.cell_mode[cell] = std::max(p.cell_mode[cell], m); };
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    Step& st = p.steps[s];
+    if (st.transfer) {
+      const Value& src = p.values[st.src_value];
+      need(p.vbufs[src.root].cell, 1);
+      if (!st.zero_copy) need(p.vbufs[p.values[st.output].root].cell, 2);
+      st.dst_offset = p.values[st.output].byte_offset;
+      continue;
+    }
+    st.in_st.resize(st.inputs.size());
+    st.layouts.clear();
+    for (size_t i = 0; i < st.inputs.size(); ++i) {
+      if (st.inputs[i] < 0) {
+        st.in_st[i] = bp_storage{};
+        st.in_st[i].struct_size = sizeof(bp_storage);
+        st.in_st[i].dtype = p.values[st.output].dtype;
+        st.layouts.push_back(bp_layout{});
         continue;
       }
-      st.in_st.resize(st.inputs.size());
-      st.layouts.clear();
-      for (size_t i = 0; i < st.inputs.size(); ++i) {
-        if (st.inputs[i] < 0) {
-          st.in_st[i] = bp_storage{};
-          st.in_st[i].struct_size = sizeof(bp_storage);
-          st.in_st[i].dtype = p.values[st.output].dtype;
-          st.layouts.push_back(bp_layout{});
-          continue;
-        }
-        const Value& v = p.values[st.inputs[i]];
-        p.fill_storage(st.in_st[i], v);
-        st.layouts.push_back(st.in_layouts[i].to_bp());
-        need(p.vbufs[v.root].cell, 1);
-      }
-      const Value& out = p.values[st.output];
-      p.fill_storage(st.out_st, out);
-      need(p.vbufs[out.root].cell, 2);
-      st.slots.clear();
-      for (const auto& sl : out.slots) {
-        bp_bundle_slot b{};
-        b.dtype = sl.dtype;
-        b.layout = Layout::contiguous(sl.shape).to_bp();
-        b.byte_offset = sl.byte_offset;
-        st.slots.push_back(b);
-      }
-      if (!st.slots.empty()) {
-        st.out_st.n_slots = static_cast<uint32_t>(st.slots.size());
-        st.out_st.slots = st.slots.data();
-        st.out_st.dtype = st.slots[0].dtype;
-        st.layouts.push_back(st.slots[0].layout);
-      } else {
-        st.layouts.push_back(st.out_layout.to_bp());
-      }
-      if (st.params.kind == BP_PARAMS_CUSTOM)
-        st.params.u.custom.json = {st.custom_json.data(), st.custom_json.size()};
+      const Value& v = p.values[st.inputs[i]];
+      p.fill_storage(st.in_st[i], v);
+      st.layouts.push_back(st.in_layouts[i].to_bp());
+      const int c = p.vbufs[v.root].cell;
+      need(c, 1);
+      p.cell_users[c].push_back({static_cast<int>(s), static_cast<int>(i)});
     }
+    const Value& out = p.values[st.output];
+    st.slots.clear();
+    for (const auto& sl : out.slots) {
+      bp_bundle_slot b{};
+      b.dtype = sl.dtype;
+      b.layout = Layout::contiguous(sl.shape).to_bp();
+      b.byte_offset = sl.byte_offset;
+      st.slots.push_back(b);
+    }
+    fill_output(st);
+    const int c = p.vbufs[out.root].cell;
+    need(c, 2);
+    p.cell_users[c].push_back({static_cast<int>(s), -1});
+    st.layouts.push_back(st.slots.empty() ? st.out_layout.to_bp() : st.slots[0].layout);
+    if (st.params.kind == BP_PARAMS_CUSTOM)
+      st.params.u.custom.json = {st.custom_json.data(), st.custom_json.size()};
   }
-  p.lock_order.clear();
-  for (const auto& [c, m] : mode) p.lock_order.push_back({c, m == 2});
-  // (std::map orders by address: the global lock order.)
+  order_locks();
+}
+
+void Plan::Impl::fill_output(Step& st) const {
+  fill_storage(st.out_st, values[st.output]);
+  if (!st.slots.empty()) {
+    st.out_st.n_slots = static_cast<uint32_t>(st.slots.size());
+    st.out_st.slots = st.slots.data();
+    st.out_st.dtype = st.slots[0].dtype;
+  }
+}
+
+void Plan::Impl::refill(int cell) {
+  for (const auto& [s, i] : cell_users[cell]) {
+    Step& st = steps[static_cast<size_t>(s)];
+    if (i < 0)
+      fill_output(st);
+    else
+      fill_storage(st.in_st[static_cast<size_t>(i)], values[st.inputs[static_cast<size_t>(i)]]);
+  }
+  order_locks();
+}
+
+// One entry per distinct cell the run touches, ordered by address (the
+// global lock order); a cell written anywhere is locked for writing.
+void Plan::Impl::order_locks() {
+  lock_order.clear();
+  for (size_t c = 0; c < cells.size(); ++c)
+    if (cell_mode[c]) lock_order.push_back({cells[c].get(), cell_mode[c] == 2});
+  std::sort(lock_order.begin(), lock_order.end(), [](const auto& a, const auto& b) {
+    return std::less<Cell*>()(a.first, b.first) || (a.first == b.first && a.second > b.second);
+  });
+  // Equal cells are adjacent, the written one first: keep that one.
+  lock_order.erase(std::unique(lock_order.begin(), lock_order.end(),
+                               [](const auto& a, const auto& b) { return a.first == b.first; }),
+                   lock_order.end());
 }
 
 namespace {
@@ -744,7 +778,7 @@ void Plan::Impl::bind_cell(int c, std::shared_ptr<Cell> cell, uint64_t at) {
   if (cells[c] == cell && base[c] == at) return;
   cells[c] = std::move(cell);
   base[c] = at;
-  refresh();
+  refill(c);
 }
 
 void Plan::Impl::set_input(const std::string& name, const void* data, uint64_t bytes) {
