@@ -1,0 +1,30 @@
+#!/bin/sh
+# The CPU plugin hands matmul and conv2d to oneDNN where it says it uses
+# oneDNN: oneDNN's own execution log (ONEDNN_VERBOSE=1) must show the
+# primitives. The [onednn] tests and the conformance runs check the values
+# on whichever path runs; this checks the path itself. Skipped (77) on a
+# machine where the plugin uses no oneDNN for f32 (no AVX-512).
+bin="$1"
+desc=$(BACKPLANE_PLUGIN_PATH= "$bin" devices --load 2>&1 | grep -A1 '^cpu ' | tail -1)
+echo "cpu: $desc"
+case "$desc" in
+  *oneDNN*avx512_core*) ;;
+  *) echo "the CPU plugin uses no oneDNN for f32 here: skipped"; exit 77 ;;
+esac
+status=0
+expect() {  # case, primitive
+  log=$(BACKPLANE_PLUGIN_PATH= ONEDNN_VERBOSE=1 "$bin" bench --device cpu --filter "$1" --min-time 0.01 2>&1)
+  if echo "$log" | grep -q "onednn_verbose,exec,cpu,$2,"; then
+    echo "$1: ran in oneDNN ($2)"
+  else
+    echo "$1: no oneDNN $2 execution in the log:"
+    echo "$log" | tail -5
+    status=1
+  fi
+}
+expect matmul_1024 matmul
+expect conv2d_n8c64_56_k64_3x3 convolution
+case "$desc" in
+  *avx512_core_bf16*|*amx*) expect matmul_1024_bf16 matmul ;;
+esac
+exit $status
