@@ -165,6 +165,9 @@ struct Plan::Impl {
   void refill(int cell);
   void order_locks();
   void fill_output(Step& st) const;
+  // Why the kernels cannot use Tensor `t` in place of cell slot `c` holding
+  // value `v` (an input, or an output when `output`); "" when they can.
+  std::string in_place_obstacle(const Value& v, int c, const Tensor& t, bool output) const;
 
   ~Impl() {
     // Zero-copy aliases before the memory they import.
@@ -811,6 +814,38 @@ void Plan::Impl::set_input(const std::string& name, const HostTensor& t) {
   set_input(name, t.data(), want);
 }
 
+std::string Plan::Impl::in_place_obstacle(const Value& v, int c, const Tensor& t, bool output) const {
+  const auto& ti = detail::tensor_impl(t);
+  const char* role = output ? "output" : "input";
+  const Device* here = own[c]->owner;
+  if (ti->cell->owner != here)
+    return "it is on " + ti->cell->owner->name() + ", the " + role + " on " + here->name();
+  if (!t.is_contiguous()) return "it is not dense, row-major from its first element";
+  if (v.byte_offset != 0 || !v.layout.is_contiguous() || (output && vbufs[v.root].size > v.bytes()))
+    return "the " + std::string(role) + " is a view of a larger buffer of the plan" +
+           (output ? "; bind a value a node writes whole" : "");
+  if (ti->byte_offset % std::max<uint64_t>(dtype_size(v.dtype), 1) != 0)
+    return "its bytes are not aligned to its " + std::to_string(dtype_size(v.dtype)) + "-byte elements";
+  if (ti->cell->size < ti->byte_offset || ti->cell->size - ti->byte_offset < vbufs[v.root].size)
+    return "it holds " + std::to_string(ti->cell->size - std::min(ti->cell->size, ti->byte_offset)) +
+           " bytes; the " + role + " needs " + std::to_string(vbufs[v.root].size);
+  if (aliased[v.root]) return "another device of the plan reads this " + std::string(role) + "'s buffer in place";
+  for (size_t k = 0; k < cells.size(); ++k) {
+    if (static_cast<int>(k) == c && own[k] != ti->cell) continue;
+    // An input may share a Tensor with other inputs (all only read it);
+    // never with a buffer of the plan or with anything the run writes.
+    if (own[k] == ti->cell) return "it is a buffer of this plan";
+    if (cells[k] == ti->cell && (output || cell_mode[k] == 2)) {
+      for (const auto& out : outputs)
+        if (vbufs[value(out).root].cell == static_cast<int>(k)) return "it is bound as this plan's output '" + out + "'";
+      for (const auto& [in, vi] : inputs)
+        if (vbufs[values[vi].root].cell == static_cast<int>(k)) return "it is bound as this plan's input '" + in + "'";
+      return "it is bound to this plan";
+    }
+  }
+  return "";
+}
+
 void Plan::Impl::set_input(const std::string& name, const Tensor& t) {
   const int i = input_index(name);
   const auto& v = values[inputs[i].second];
@@ -820,30 +855,10 @@ void Plan::Impl::set_input(const std::string& name, const Tensor& t) {
     throw Error("input '" + name + "': expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) +
                 ", got a Tensor " + std::string(dtype_name(ti->dtype)) + shape_str(ti->layout.shape()));
   const int c = vbufs[v.root].cell;
-  const Cell& mine = *own[c];
-  const std::string here = mine.owner->name();
+  const std::string here = own[c]->owner->name();
   // In place when the kernels can read the Tensor exactly where they would
   // read the plan's own buffer.
-  std::string why_not;
-  if (ti->cell->owner != mine.owner)
-    why_not = "it is on " + ti->cell->owner->name() + ", the input on " + here;
-  else if (!t.is_contiguous() || v.byte_offset != 0 || !v.layout.is_contiguous())
-    why_not = "it is not dense";
-  else if (ti->byte_offset % std::max<uint64_t>(dtype_size(v.dtype), 1) != 0)
-    why_not = "its bytes are not aligned to its elements";
-  else if (ti->cell->size < ti->byte_offset || ti->cell->size - ti->byte_offset < vbufs[v.root].size)
-    why_not = "its buffer is smaller than the plan's";
-  else if (aliased[v.root])
-    why_not = "another device of the plan reads this input's buffer in place";
-  else {
-    for (size_t k = 0; k < own.size() && why_not.empty(); ++k)
-      if (own[k] == ti->cell) why_not = "it is a buffer of this plan";
-    for (const auto& [out, note] : output_note) {
-      (void)note;
-      if (why_not.empty() && cells[vbufs[value(out).root].cell] == ti->cell)
-        why_not = "it is bound as this plan's output '" + out + "'";
-    }
-  }
+  const std::string why_not = in_place_obstacle(v, c, t, false);
   const std::string shape = std::string(dtype_name(v.dtype)) + shape_str(v.shape);
   if (why_not.empty()) {
     bind_cell(c, ti->cell, ti->byte_offset);
@@ -938,22 +953,8 @@ void Plan::bind_output(const std::string& name, const Tensor& t) {
     throw Error(what + "expected " + std::string(dtype_name(v.dtype)) + shape_str(v.shape) + ", got " +
                 std::string(dtype_name(ti->dtype)) + shape_str(ti->layout.shape()));
   const Cell& mine = *p.own[c];
-  if (ti->cell->owner != mine.owner)
-    throw Error(what + "the buffer is on " + ti->cell->owner->name() + "; the output is written on " +
-                mine.owner->name());
-  if (!t.is_contiguous()) throw Error(what + "the buffer is not dense (row-major, element offset 0)");
-  if (v.byte_offset != 0 || !v.layout.is_contiguous() || p.vbufs[v.root].size > v.bytes())
-    throw Error(what + "the output is a view of a larger buffer of the plan; bind a value a node writes whole");
-  if (ti->byte_offset % std::max<uint64_t>(dtype_size(v.dtype), 1) != 0)
-    throw Error(what + "the buffer is not aligned to its " + std::to_string(dtype_size(v.dtype)) + "-byte elements");
-  if (ti->cell->size < ti->byte_offset || ti->cell->size - ti->byte_offset < p.vbufs[v.root].size)
-    throw Error(what + "the buffer holds " + std::to_string(ti->cell->size - std::min(ti->cell->size, ti->byte_offset)) +
-                " bytes; the output needs " + std::to_string(p.vbufs[v.root].size));
-  if (p.aliased[v.root])
-    throw Error(what + "another device of the plan reads this output's buffer in place");
-  for (size_t k = 0; k < p.cells.size(); ++k)
-    if (p.cells[k] == ti->cell && static_cast<int>(k) != c)
-      throw Error(what + "the buffer is already used by this plan (a buffer of its own, or a bound input or output)");
+  const std::string why_not = p.in_place_obstacle(v, c, t, true);
+  if (!why_not.empty()) throw Error(what + why_not);
   p.bind_cell(c, ti->cell, ti->byte_offset);
   p.output_note[name] = "written in place into a bound buffer on " + mine.owner->name() +
                         (ti->cell->host_memory ? " (the application's memory, imported: no copy)" : "");
