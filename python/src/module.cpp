@@ -301,11 +301,26 @@ PYBIND11_MODULE(_backplane, m) {
       }, "copies to a new NumPy array (bf16 as float32)")
       .def("to", &Tensor::to, py::arg("device"), "copy to another device")
       .def("shares_storage_with", &Tensor::shares_storage_with)
-      .def("__dlpack__", [](const Tensor& t, py::object stream) {
+      .def("__dlpack__", [](const Tensor& t, py::object stream, py::object max_version, py::object dl_device,
+                            py::object copy) {
         if (!stream.is_none() && !(py::isinstance<py::int_>(stream) && stream.cast<long>() == -1))
           throw Error("__dlpack__: stream must be None for host memory");
+        // The array API's newer keywords: max_version is accepted and an
+        // unversioned 'dltensor' capsule returned (Debian's dlpack.h is 0.6,
+        // before versioned tensors), as the protocol allows a producer that
+        // lacks them; only the CPU can be asked for; a copy is never made.
+        (void)max_version;
+        if (!dl_device.is_none()) {
+          auto dev = dl_device.cast<std::pair<int, int>>();
+          if (dev.first != static_cast<int>(kDLCPU) || dev.second != 0)
+            throw Error("__dlpack__: the tensor can be exported to (kDLCPU, 0) only", BP_ERR_UNIMPLEMENTED);
+        }
+        if (!copy.is_none() && copy.cast<bool>())
+          throw Error("__dlpack__: copy=True is not supported; the export is always in place (Tensor.numpy() copies)",
+                      BP_ERR_UNIMPLEMENTED);
         return make_capsule(t);
-      }, py::arg("stream") = py::none())
+      }, py::arg("stream") = py::none(), py::kw_only(), py::arg("max_version") = py::none(),
+         py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const Tensor& t) {
         if (!t.data()) throw Error("__dlpack_device__: the tensor is on '" + t.device().name() + "', not host-addressable", BP_ERR_UNIMPLEMENTED);
         return py::make_tuple(static_cast<int>(kDLCPU), 0);

@@ -179,6 +179,13 @@ def test_dlpack_with_numpy_zero_copy(rt):
     assert tv.shape == (6, 4) and tv.strides == (1, 6) and not tv.is_contiguous()
     np.testing.assert_array_equal(tv.numpy(), v)
     np.testing.assert_array_equal(np.from_dlpack(tv), v)
+    # The array API's newer keywords (a NumPy 2 consumer passes max_version).
+    cap = t.__dlpack__(max_version=(1, 0), dl_device=(1, 0), copy=False)
+    assert type(cap).__name__ == "PyCapsule"
+    with pytest.raises(backplane.Error, match="kDLCPU"):
+        t.__dlpack__(dl_device=(2, 0))
+    with pytest.raises(backplane.Error, match="copy=True"):
+        t.__dlpack__(copy=True)
     # A backplane output to NumPy without a copy.
     plan = rt.compile(unary("exp", (8,)), "cpu")
     plan(x=np.zeros(8, np.float32))
