@@ -3,6 +3,8 @@
 #include "device.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace bpvk {
@@ -10,9 +12,26 @@ namespace bpvk {
 namespace {
 constexpr uint64_t kRingChunk = 1ull << 20;  // bytes of argument words per chunk
 constexpr uint32_t kSetsPerPool = 16;
+// A timestamp is written once the compute work recorded before it is done.
+// (On lavapipe every timestamp costs ~25 us whatever the stage: llvmpipe
+// takes it in a scene of its own.)
+constexpr VkPipelineStageFlagBits kTimestampStage = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
 }  // namespace
 
-void Exec::init(Device* dev) { dev_ = dev; }
+void Exec::init(Device* dev) {
+  dev_ = dev;
+  // Timestamps: the queue family's timestampValidBits decides (0: none);
+  // timestampComputeAndGraphics only promises them on every compute queue.
+  uint32_t n = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(dev->phys, &n, nullptr);
+  std::vector<VkQueueFamilyProperties> families(n);
+  vkGetPhysicalDeviceQueueFamilyProperties(dev->phys, &n, families.data());
+  const uint32_t bits = dev->queue_family < n ? families[dev->queue_family].timestampValidBits : 0;
+  timestamp_mask_ = bits == 0 ? 0 : bits >= 64 ? ~0ull : (1ull << bits) - 1;
+  timestamp_period_ = dev->props.limits.timestampPeriod > 0 ? dev->props.limits.timestampPeriod : 1.0;
+  if (!timestamp_mask_)
+    log(BP_LOG_INFO, "vulkan: " + dev->name + ": the queue writes no timestamps; profiles get no device times");
+}
 
 void Exec::destroy() {
   if (!dev_) return;
@@ -20,6 +39,7 @@ void Exec::destroy() {
   streams_.clear();
   idle_.clear();
   active_.clear();
+  times_.clear();
   dev_ = nullptr;
 }
 
@@ -58,6 +78,9 @@ void Exec::destroy_stream(Stream& s) {
   s.ring.clear();
   s.ring_sets.clear();
   dev_->memory.destroy_host_buffer(s.errors);
+  if (s.queries) vkDestroyQueryPool(d, s.queries, nullptr);
+  s.queries = VK_NULL_HANDLE;
+  s.query_capacity = 0;
   if (s.fence) vkDestroyFence(d, s.fence, nullptr);
   if (s.pool) vkDestroyCommandPool(d, s.pool, nullptr);
   s.fence = VK_NULL_HANDLE;
@@ -80,18 +103,14 @@ void Exec::reset_stream(Stream& s) {
   s.written.clear();
   s.read.clear();
   s.n_dispatches = 0;
+  s.pending.clear();
 }
 
-void Exec::begin() {
+void Exec::begin(bool timed) {
   const auto tid = std::this_thread::get_id();
   Stream* s = nullptr;
   if (auto it = active_.find(tid); it != active_.end()) {
-    s = it->second;
-    if (s->recording) {
-      // A run of this thread that was never synchronized: drop what it recorded.
-      vkEndCommandBuffer(s->cmd);
-      s->recording = false;
-    }
+    s = it->second;  // a run of this thread never synchronized: dropped below
   } else if (!idle_.empty()) {
     s = idle_.back();
     idle_.pop_back();
@@ -99,31 +118,21 @@ void Exec::begin() {
     s = create_stream();
   }
   active_[tid] = s;
+  times_.erase(tid);
   try {
-    vk_check(vkResetCommandPool(dev_->dev, s->pool, 0), "vkResetCommandPool");
     reset_stream(*s);
-    VkCommandBufferBeginInfo bi{};
-    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    vk_check(vkBeginCommandBuffer(s->cmd, &bi), "vkBeginCommandBuffer");
   } catch (...) {
     active_.erase(tid);
     idle_.push_back(s);
     throw;
   }
   s->recording = true;
-  // Make writes of earlier submissions (other streams, transfers) visible.
-  VkMemoryBarrier mb{};
-  mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-  vkCmdPipelineBarrier(s->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  s->timed = timed;
 }
 
 void Exec::ensure_begun() {
   auto it = active_.find(std::this_thread::get_id());
-  if (it == active_.end() || !it->second->recording) begin();
+  if (it == active_.end() || !it->second->recording) begin(false);
 }
 
 void Exec::begin_call() { ++current().n_calls; }
@@ -235,12 +244,6 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
     if (s.written.count(b.handle) || (b.write && s.read.count(b.handle))) barrier = true;
   }
   if (barrier) {
-    VkMemoryBarrier mb{};
-    mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT;
-    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-    vkCmdPipelineBarrier(s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb,
-                         0, nullptr, 0, nullptr);
     s.written.clear();
     s.read.clear();
   }
@@ -262,9 +265,6 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
     BPVK_CHECK(operands[i].address != 0, BP_ERR_INTERNAL, "vulkan: an operand outside the device's memory blocks");
     pc.addr[i] = operands[i].address + operands[i].offset;
   }
-  vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
-  vkCmdBindDescriptorSets(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
-  vkCmdPushConstants(s.cmd, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
 
   // Fold the grid so every dimension stays within maxComputeWorkGroupCount.
   const auto* mx = dev_->props.limits.maxComputeWorkGroupCount;
@@ -278,10 +278,175 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
       BPVK_CHECK(gz <= mx[2], BP_ERR_INVALID_ARGUMENT, std::string("vulkan: ") + op + ": grid too large");
     }
   }
-  vkCmdDispatch(s.cmd, static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), static_cast<uint32_t>(gz));
+  PendingDispatch& d = s.pending.emplace_back();
+  d.pipeline = &p;
+  d.set = set;
+  d.groups[0] = static_cast<uint32_t>(gx);
+  d.groups[1] = static_cast<uint32_t>(gy);
+  d.groups[2] = static_cast<uint32_t>(gz);
+  d.barrier = barrier;
+  d.pc = pc;
   s.op_names.push_back(op);
   s.dispatch_calls.push_back(s.n_calls - 1);
   ++s.n_dispatches;
+}
+
+// The command buffer of the run, from its pending dispatches. The pipelines
+// are waited for first without Device::mu (their compiles run on worker
+// threads and on this one; other threads keep recording meanwhile); a
+// pipeline that failed to compile is the error of the first call using it.
+void Exec::record(Stream& s, std::unique_lock<std::mutex>& lock) {
+  std::vector<const Pipeline*> need;
+  for (const auto& d : s.pending)
+    if (std::find(need.begin(), need.end(), d.pipeline) == need.end()) need.push_back(d.pipeline);
+  lock.unlock();
+  const Pipeline* failed = nullptr;
+  std::string message;
+  bp_status_code code = BP_OK;
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t waited = 0;
+  for (const Pipeline* p : need) {
+    try {
+      waited += dev_->pipelines.wait(*p) ? 1 : 0;
+    } catch (const Error& e) {
+      failed = p;
+      code = e.code();
+      message = e.what();
+      break;
+    } catch (...) {
+      lock.lock();
+      throw;
+    }
+  }
+  if (waited) {
+    // A first run: how long its compiles held up the submit.
+    try {
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%.2f",
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      log(BP_LOG_DEBUG, "vulkan: " + dev_->name + ": the run waited " + ms + " ms for " + std::to_string(waited) +
+                            " of its " + std::to_string(need.size()) + " pipelines to compile");
+    } catch (...) {
+    }
+  }
+  lock.lock();
+  if (failed) {
+    int64_t call = -1;
+    for (size_t i = 0; i < s.pending.size(); ++i)
+      if (s.pending[i].pipeline == failed) {
+        call = s.dispatch_calls[i];
+        break;
+      }
+    throw DataError(code, message, call);
+  }
+
+  vk_check(vkResetCommandPool(dev_->dev, s.pool, 0), "vkResetCommandPool");
+  VkCommandBufferBeginInfo bi{};
+  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  vk_check(vkBeginCommandBuffer(s.cmd, &bi), "vkBeginCommandBuffer");
+  const bool stamps = s.timed && timestamp_mask_ != 0 && s.n_calls > 0;
+  const auto n_queries = static_cast<uint32_t>(s.n_calls + 1);
+  if (stamps && s.query_capacity < n_queries) {
+    if (s.queries) vkDestroyQueryPool(dev_->dev, s.queries, nullptr);
+    s.queries = VK_NULL_HANDLE;
+    s.query_capacity = 0;
+    uint32_t cap = 64;
+    while (cap < n_queries) cap *= 2;
+    VkQueryPoolCreateInfo qi{};
+    qi.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = cap;
+    VkResult r = vkCreateQueryPool(dev_->dev, &qi, nullptr, &s.queries);
+    if (r != VK_SUCCESS) {
+      vkEndCommandBuffer(s.cmd);
+      vk_check(r, "vkCreateQueryPool");
+    }
+    s.query_capacity = cap;
+  }
+  if (stamps) vkCmdResetQueryPool(s.cmd, s.queries, 0, n_queries);
+  // Make writes of earlier submissions (other streams, transfers) visible.
+  VkMemoryBarrier mb{};
+  mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  vkCmdPipelineBarrier(s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT;
+  // One timestamp where the run starts and one after each kernel call's
+  // last dispatch: a call's time is from the end of the work before it to
+  // the end of its own (calls that overlap on the device split the time
+  // between them rather than count it twice).
+  if (stamps) vkCmdWriteTimestamp(s.cmd, kTimestampStage, s.queries, 0);
+  const Pipeline* bound = nullptr;
+  VkDescriptorSet bound_set = VK_NULL_HANDLE;
+  for (size_t i = 0; i < s.pending.size(); ++i) {
+    const PendingDispatch& d = s.pending[i];
+    const int64_t call = s.dispatch_calls[i];
+    if (d.barrier)
+      vkCmdPipelineBarrier(s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+                           &mb, 0, nullptr, 0, nullptr);
+    if (d.pipeline != bound) {
+      vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->pipeline);
+      bound = d.pipeline;
+    }
+    if (d.set != bound_set) {
+      vkCmdBindDescriptorSets(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->layout, 0, 1, &d.set, 0, nullptr);
+      bound_set = d.set;
+    }
+    vkCmdPushConstants(s.cmd, d.pipeline->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof d.pc, &d.pc);
+    vkCmdDispatch(s.cmd, d.groups[0], d.groups[1], d.groups[2]);
+    if (stamps && (i + 1 == s.pending.size() || s.dispatch_calls[i + 1] != call))
+      vkCmdWriteTimestamp(s.cmd, kTimestampStage, s.queries, static_cast<uint32_t>(call + 1));
+  }
+  vk_check(vkEndCommandBuffer(s.cmd), "vkEndCommandBuffer");
+}
+
+// Each kernel call's time: its timestamp less the one before (the run's
+// start or the last call that dispatched); 0 for a call that dispatched
+// nothing, UINT64_MAX where the device wrote no timestamp.
+void Exec::read_times(Stream& s) {
+  const auto n = static_cast<size_t>(s.n_calls);
+  std::vector<uint64_t> t(n, timestamp_mask_ ? 0 : UINT64_MAX);
+  if (timestamp_mask_ && n > 0 && s.n_dispatches > 0) {
+    std::vector<char> has(n, 0);
+    for (int64_t c : s.dispatch_calls)
+      if (c >= 0 && static_cast<size_t>(c) < n) has[static_cast<size_t>(c)] = 1;
+    // {value, availability} per query; never waits (the fence has signalled,
+    // and a call without dispatches has no timestamp written).
+    std::vector<uint64_t> raw(2 * (n + 1));
+    const VkResult r =
+        vkGetQueryPoolResults(dev_->dev, s.queries, 0, static_cast<uint32_t>(n + 1), raw.size() * 8, raw.data(), 16,
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WITH_AVAILABILITY_BIT);
+    const bool ok = r == VK_SUCCESS || r == VK_NOT_READY;
+    size_t prev = 0;  // the query of the previous end
+    for (size_t c = 0; c < n; ++c) {
+      if (!has[c]) continue;
+      const uint64_t* a = &raw[2 * prev];
+      const uint64_t* b = &raw[2 * (c + 1)];
+      if (!ok || !a[1] || !b[1]) {
+        t[c] = UINT64_MAX;
+      } else {
+        const uint64_t ticks = (b[0] - a[0]) & timestamp_mask_;
+        t[c] = static_cast<uint64_t>(static_cast<double>(ticks) * timestamp_period_ + 0.5);
+      }
+      prev = c + 1;
+    }
+  }
+  times_[std::this_thread::get_id()] = std::move(t);
+}
+
+void Exec::call_device_times(uint64_t* out_ns, size_t n_calls) {
+  std::lock_guard<std::mutex> lock(dev_->mu);
+  auto it = times_.find(std::this_thread::get_id());
+  BPVK_CHECK(it != times_.end(), BP_ERR_INVALID_ARGUMENT,
+             "vulkan: call_device_times: no run begun with begin_timed() and synchronized without an error on this "
+             "thread (" + dev_->name + ")");
+  BPVK_CHECK(it->second.size() == n_calls, BP_ERR_INVALID_ARGUMENT,
+             "vulkan: call_device_times: n_calls is " + std::to_string(n_calls) + ", the timed run made " +
+                 std::to_string(it->second.size()) + " kernel calls (" + dev_->name + ")");
+  BPVK_CHECK(out_ns != nullptr || n_calls == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: call_device_times into NULL");
+  if (n_calls) std::memcpy(out_ns, it->second.data(), n_calls * sizeof(uint64_t));
 }
 
 void Exec::synchronize() {
@@ -305,17 +470,22 @@ void Exec::synchronize() {
     return;
   }
   s.recording = false;
-  VkResult r = vkEndCommandBuffer(s.cmd);
-  if (r != VK_SUCCESS || s.n_dispatches == 0) {
+  if (s.n_dispatches == 0) {
     Release rel{this, tid, &s};
-    vk_check(r, "vkEndCommandBuffer");
+    if (s.timed) times_[tid] = std::vector<uint64_t>(static_cast<size_t>(s.n_calls), 0);
     return;
+  }
+  try {
+    record(s, lock);
+  } catch (...) {
+    Release rel{this, tid, &s};
+    throw;
   }
   VkSubmitInfo si{};
   si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
   si.commandBufferCount = 1;
   si.pCommandBuffers = &s.cmd;
-  r = vkQueueSubmit(dev_->queue, 1, &si, s.fence);
+  VkResult r = vkQueueSubmit(dev_->queue, 1, &si, s.fence);
   if (r != VK_SUCCESS) {
     Release rel{this, tid, &s};
     vk_check(r, "vkQueueSubmit");
@@ -341,6 +511,19 @@ void Exec::synchronize() {
     throw DataError(BP_ERR_OUT_OF_RANGE, std::string(op) + ": " + what + " (vulkan, " + dev_->name + ")",
                     call >= 0 ? call : -1);
   }
+  if (s.timed) read_times(s);
+}
+
+bp_error* api_begin_timed(bp_device* device) {
+  return sdk::guard([&] {
+    Device& d = Device::from(device);
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.exec.begin(true);
+  });
+}
+
+bp_error* api_call_device_times(bp_device* device, uint64_t* out_ns, size_t n_calls) {
+  return sdk::guard([&] { Device::from(device).exec.call_device_times(out_ns, n_calls); });
 }
 
 }  // namespace bpvk

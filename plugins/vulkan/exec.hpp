@@ -1,8 +1,13 @@
 // Recording and submission. Each calling thread records into its own stream
 // (the host runs several plans on one device from several threads at once):
-// begin() takes a stream for the thread and starts its command buffer; each
-// kernel records dispatches into it; synchronize() submits once, waits on the
-// stream's fence and turns the device error words into a bp_error.
+// begin() takes a stream for the thread; each kernel appends its dispatches
+// (pipeline, push constants, grid, whether a barrier precedes it) to the
+// stream's list; synchronize() waits for the pipelines the run needs (their
+// compiles run on worker threads meanwhile, Pipelines::wait), records the
+// command buffer from the list, submits once, waits on the stream's fence and
+// turns the device error words into a bp_error. A run begun with
+// begin_timed() also writes a timestamp before and after each kernel call's
+// dispatches (ABI 1.3 call_device_times).
 //
 // Locking: every entry point runs under Device::mu except the fence wait in
 // synchronize(), so threads record concurrently-safe and wait in parallel.
@@ -51,13 +56,26 @@ struct Binding {
   bool write = false;
 };
 
+// One recorded dispatch, turned into commands at synchronize().
+struct PendingDispatch {
+  const Pipeline* pipeline = nullptr;
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  uint32_t groups[3] = {1, 1, 1};
+  bool barrier = false;  // a compute->compute barrier before it (a hazard)
+  PushConstants pc{};
+};
+
 // What one run records into: a command buffer and everything per run.
 struct Stream {
   VkCommandPool pool = VK_NULL_HANDLE;
   VkCommandBuffer cmd = VK_NULL_HANDLE;
   VkFence fence = VK_NULL_HANDLE;
-  bool recording = false;
+  bool recording = false;  // begun and not yet synchronized
+  bool timed = false;      // begun with begin_timed()
   uint32_t n_dispatches = 0;
+  std::vector<PendingDispatch> pending;
+  VkQueryPool queries = VK_NULL_HANDLE;  // timestamps: the start, then 1 per kernel call
+  uint32_t query_capacity = 0;
   std::vector<VkDescriptorPool> desc_pools;
   std::vector<HostBuffer> ring;         // argument ring chunks
   std::vector<VkDescriptorSet> ring_sets;  // per chunk: {chunk, errors}, made once
@@ -79,7 +97,8 @@ class Exec {
 
   // All of these act on the calling thread's stream; the caller holds
   // Device::mu.
-  void begin();
+  // timed: begin_timed() (ABI 1.3), each kernel call's device time measured.
+  void begin(bool timed = false);
   void ensure_begun();
   // A kernel call starts (begins implicitly): its dispatches belong to it.
   void begin_call();
@@ -96,6 +115,12 @@ class Exec {
   // Submits the calling thread's run, waits and reports. Takes Device::mu
   // itself (the caller must not hold it).
   void synchronize();
+  // ABI 1.3: the device time of each kernel call of the calling thread's
+  // last run, if it was begun with begin_timed() and synchronized without an
+  // error. Takes Device::mu itself.
+  void call_device_times(uint64_t* out_ns, size_t n_calls);
+  // Whether the queue writes timestamps (else every time is UINT64_MAX).
+  bool timestamps() const { return timestamp_mask_ != 0; }
 
  private:
   Stream& current();
@@ -105,11 +130,22 @@ class Exec {
   VkDescriptorSet allocate_set(Stream& s);
   VkDescriptorSet ring_set(Stream& s, size_t chunk);
   std::pair<size_t, uint32_t> ring_put(Stream& s, std::span<const int32_t> args);
+  // Waits for the run's pipelines (without Device::mu), then records.
+  void record(Stream& s, std::unique_lock<std::mutex>& lock);
+  void read_times(Stream& s);
 
   Device* dev_ = nullptr;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<Stream*> idle_;
   std::unordered_map<std::thread::id, Stream*> active_;
+  // Per thread, the call times of its last timed run (call_device_times).
+  std::unordered_map<std::thread::id, std::vector<uint64_t>> times_;
+  uint64_t timestamp_mask_ = 0;  // of timestampValidBits; 0: no timestamps
+  double timestamp_period_ = 1;  // ns per tick
 };
+
+// ABI 1.3 entries (installed in plugin.cpp).
+bp_error* api_begin_timed(bp_device* device);
+bp_error* api_call_device_times(bp_device* device, uint64_t* out_ns, size_t n_calls);
 
 }  // namespace bpvk

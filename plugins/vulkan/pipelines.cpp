@@ -3,6 +3,7 @@
 #include "device.hpp"
 #include "spirv.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -166,8 +167,26 @@ void Pipelines::save_cache() {
   }
 }
 
+Pipelines::~Pipelines() { stop_workers(); }
+
+// Ends the workers after the compiles they are running; drops queued ones.
+void Pipelines::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lk(jobs_mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  jobs_cv_.notify_all();
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
+  workers_.clear();
+  std::lock_guard<std::mutex> lk(jobs_mu_);
+  stop_ = false;
+}
+
 void Pipelines::destroy() {
   if (!dev_) return;
+  stop_workers();
   VkDevice d = dev_->dev;
   if (cache_ && cache_dirty_ && !path_.empty()) {
     try {
@@ -175,7 +194,8 @@ void Pipelines::destroy() {
     } catch (...) {
     }
   }
-  for (auto& [k, p] : pipelines_) vkDestroyPipeline(d, p.pipeline, nullptr);
+  for (auto& [k, p] : pipelines_)
+    if (p->pipeline) vkDestroyPipeline(d, p->pipeline, nullptr);
   pipelines_.clear();
   for (auto& [k, m] : modules_) vkDestroyShaderModule(d, m, nullptr);
   modules_.clear();
@@ -255,41 +275,138 @@ const Pipeline& Pipelines::get(const std::string& shader, const std::vector<int3
   auto key = std::make_pair(shader, spec);
   auto it = pipelines_.find(key);
   if (it != pipelines_.end()) {
-    BPVK_CHECK(it->second.n_operands == n_operands, BP_ERR_INTERNAL,
-               "vulkan: operand count mismatch for " + shader);
-    return it->second;
+    const Pipeline& p = *it->second;
+    BPVK_CHECK(p.n_operands == n_operands, BP_ERR_INTERNAL, "vulkan: operand count mismatch for " + shader);
+    std::lock_guard<std::mutex> lk(jobs_mu_);
+    BPVK_CHECK(p.state != Pipeline::State::failed, p.error_code, p.error);
+    return p;
   }
   BPVK_CHECK(n_operands <= kMaxOperands, BP_ERR_INTERNAL, "vulkan: too many operands for " + shader);
   const Layout& l = layout();
-  std::vector<VkSpecializationMapEntry> entries(spec.size());
-  for (uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4u, 4};
+  auto p = std::make_unique<Pipeline>();
+  p->layout = l.pipeline;
+  p->set_layout = l.set;
+  p->n_operands = n_operands;
+  p->shader = shader;
+  p->spec = spec;
+  p->module = module(shader);
+  Pipeline& ref = *p;
+  pipelines_.emplace(std::move(key), std::move(p));
+  cache_dirty_ = true;
+  {
+    std::lock_guard<std::mutex> lk(jobs_mu_);
+    queue_.push_back(&ref);
+    // Workers: one fewer than the cores (the thread that waits compiles
+    // too), started as compiles are first queued.
+    const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
+    const size_t max_workers = std::min<size_t>(hw - 1, 7);
+    if (workers_.size() < std::min(max_workers, queue_.size())) {
+      try {
+        workers_.emplace_back([this] { worker(); });
+      } catch (...) {
+        // No thread: the waiting thread compiles it.
+      }
+    }
+  }
+  jobs_cv_.notify_one();
+  return ref;
+}
+
+void Pipelines::worker() {
+  std::unique_lock<std::mutex> lk(jobs_mu_);
+  for (;;) {
+    jobs_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    Pipeline* p = queue_.front();
+    queue_.pop_front();
+    p->state = Pipeline::State::compiling;
+    lk.unlock();
+    compile(*p);
+    lk.lock();
+    done_cv_.notify_all();
+  }
+}
+
+bool Pipelines::wait(const Pipeline& target) {
+  std::unique_lock<std::mutex> lk(jobs_mu_);
+  const bool waited = target.state != Pipeline::State::ready;
+  while (target.state != Pipeline::State::ready && target.state != Pipeline::State::failed) {
+    if (queue_.empty()) {
+      done_cv_.wait(lk);
+      continue;
+    }
+    // Compile here rather than wait: the target if still queued, else the
+    // oldest queued one.
+    auto it = std::find(queue_.begin(), queue_.end(), &target);
+    if (it == queue_.end()) it = queue_.begin();
+    Pipeline* p = *it;
+    queue_.erase(it);
+    p->state = Pipeline::State::compiling;
+    lk.unlock();
+    compile(*p);
+    lk.lock();
+    done_cv_.notify_all();
+  }
+  BPVK_CHECK(target.state == Pipeline::State::ready, target.error_code, target.error);
+  return waited;
+}
+
+// Runs without jobs_mu_ and without Device::mu: the module, layout and
+// cache are made before and live until destroy() (which joins the workers
+// first); vkCreateComputePipelines is thread-safe on distinct pipelines and
+// the pipeline cache synchronizes itself. Sets the state under jobs_mu_.
+void Pipelines::compile(Pipeline& p) {
+  std::vector<VkSpecializationMapEntry> entries(p.spec.size());
+  for (uint32_t i = 0; i < p.spec.size(); ++i) entries[i] = {i, i * 4u, 4};
   VkSpecializationInfo si{};
   si.mapEntryCount = static_cast<uint32_t>(entries.size());
   si.pMapEntries = entries.data();
-  si.dataSize = spec.size() * 4;
-  si.pData = spec.data();
+  si.dataSize = p.spec.size() * 4;
+  si.pData = p.spec.data();
   VkComputePipelineCreateInfo ci{};
   ci.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
   ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
   ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-  ci.stage.module = module(shader);
+  ci.stage.module = p.module;
   ci.stage.pName = "main";
-  ci.stage.pSpecializationInfo = spec.empty() ? nullptr : &si;
-  ci.layout = l.pipeline;
-  Pipeline p;
-  auto t0 = std::chrono::steady_clock::now();
-  vk_check(vkCreateComputePipelines(dev_->dev, cache_, 1, &ci, nullptr, &p.pipeline),
-           ("vkCreateComputePipelines (" + shader + ")").c_str());
-  // The driver's compile is most of a first run's time (plugins/vulkan/README.md).
-  char ms[32];
-  std::snprintf(ms, sizeof ms, "%.2f",
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  log(BP_LOG_DEBUG, "vulkan: " + dev_->name + ": pipeline " + shader + " created in " + ms + " ms");
-  p.layout = l.pipeline;
-  p.set_layout = l.set;
-  p.n_operands = n_operands;
-  cache_dirty_ = true;
-  return pipelines_.emplace(std::move(key), p).first->second;
+  ci.stage.pSpecializationInfo = p.spec.empty() ? nullptr : &si;
+  ci.layout = p.layout;
+  const auto t0 = std::chrono::steady_clock::now();
+  VkPipeline handle = VK_NULL_HANDLE;
+  const VkResult r = vkCreateComputePipelines(dev_->dev, cache_, 1, &ci, nullptr, &handle);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::string error;
+  bp_status_code code = BP_OK;
+  if (r != VK_SUCCESS) {
+    try {
+      vk_check(r, ("vkCreateComputePipelines (" + p.shader + ")").c_str());
+    } catch (const Error& e) {
+      code = e.code();
+      error = e.what();
+    } catch (...) {
+      code = BP_ERR_OUT_OF_MEMORY;
+    }
+  } else {
+    // The driver's compile is most of a first run's time (plugins/vulkan/README.md).
+    try {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2f", ms);
+      log(BP_LOG_DEBUG, "vulkan: " + dev_->name + ": pipeline " + p.shader + " created in " + buf + " ms");
+    } catch (...) {
+    }
+  }
+  std::lock_guard<std::mutex> lk(jobs_mu_);
+  p.pipeline = handle;
+  if (code == BP_OK) {
+    p.state = Pipeline::State::ready;
+  } else {
+    p.state = Pipeline::State::failed;
+    p.error_code = code;
+    try {
+      p.error = std::move(error);
+    } catch (...) {
+    }
+  }
 }
 
 }  // namespace bpvk

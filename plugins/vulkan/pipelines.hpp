@@ -1,5 +1,11 @@
 // Compute pipelines built from the embedded SPIR-V, created once per
 // (shader, specialization constants) and cached for the device's lifetime.
+// get() does not wait for the driver's compile: it queues it on worker
+// threads and returns at once, and the stream waits for the pipeline only
+// when it records the command buffer (Exec::synchronize), helping with
+// queued compiles meanwhile. So a first run's pipelines compile in parallel
+// and while the host records its later calls (plugins/vulkan/README.md,
+// "First run").
 // A VkPipelineCache per device is loaded from / saved to $BACKPLANE_CACHE_DIR
 // (`off`: none), else $XDG_CACHE_HOME/backplane, else ~/.cache/backplane:
 // one file per device and driver (vendor/device id, pipelineCacheUUID),
@@ -9,19 +15,40 @@
 
 #include "vk_common.hpp"
 
+#include <condition_variable>
+#include <deque>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace bpvk {
 
 class Device;
 
+// Lives as long as the device; `pipeline` is valid once Pipelines::wait()
+// returned for it.
 struct Pipeline {
+  Pipeline() = default;
+  Pipeline(const Pipeline&) = delete;  // kernels hold it by reference; streams by pointer
+  Pipeline& operator=(const Pipeline&) = delete;
+
   VkPipeline pipeline = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
   uint32_t n_operands = 0;  // operand addresses the shader reads (pc.addr)
+
+ private:
+  friend class Pipelines;
+  enum class State { queued, compiling, ready, failed };
+  State state = State::queued;  // guarded by Pipelines::jobs_mu_
+  std::string shader;
+  std::vector<int32_t> spec;
+  VkShaderModule module = VK_NULL_HANDLE;
+  bp_status_code error_code = BP_OK;
+  std::string error;
 };
 
 // Operands per dispatch (pc.addr in shaders/common.glsl).
@@ -43,8 +70,15 @@ class Pipelines {
  public:
   void init(Device* dev);
   void destroy();
-  // n_operands: operand addresses the shader reads.
+  ~Pipelines();
+  // n_operands: operand addresses the shader reads. Queues the compile of a
+  // pipeline not made yet and returns without waiting for it; throws the
+  // error of a pipeline whose compile failed earlier.
   const Pipeline& get(const std::string& shader, const std::vector<int32_t>& spec, uint32_t n_operands);
+  // Waits until `p` is compiled, compiling queued pipelines on this thread
+  // meanwhile; throws its compile error. Thread-safe; needs no Device::mu.
+  // Returns whether it was not ready yet.
+  bool wait(const Pipeline& p);
   bool shader_available(const std::string& shader) const;
   VkDescriptorSetLayout set_layout() { return layout().set; }
 
@@ -59,6 +93,9 @@ class Pipelines {
   std::string cache_path() const;
   std::vector<char> load_cache() const;
   void save_cache();
+  void compile(Pipeline& p);  // the driver's compile, on any thread
+  void worker();
+  void stop_workers();
 
   Device* dev_ = nullptr;
   VkPipelineCache cache_ = VK_NULL_HANDLE;
@@ -66,7 +103,15 @@ class Pipelines {
   bool cache_dirty_ = false;
   Layout layout_;
   std::map<std::string, VkShaderModule> modules_;
-  std::map<std::pair<std::string, std::vector<int32_t>>, Pipeline> pipelines_;
+  std::map<std::pair<std::string, std::vector<int32_t>>, std::unique_ptr<Pipeline>> pipelines_;
+
+  // The compile queue and its workers (started on the first compile).
+  std::mutex jobs_mu_;
+  std::condition_variable jobs_cv_;  // a job was queued, or stop
+  std::condition_variable done_cv_;  // a compile finished
+  std::deque<Pipeline*> queue_;
+  std::vector<std::thread> workers_;
+  bool stop_ = false;
 };
 
 }  // namespace bpvk
