@@ -256,7 +256,7 @@ TEST_CASE("vulkan: imported host memory is what a kernel reads and writes", "[vu
   }
   REQUIRE(vk.api->buffer_import_host != nullptr);
   if (!can_import(vk)) return;
-  constexpr int64_t n = 1000;  // 4000 bytes: the output spans a page boundary below
+  constexpr int64_t n = 1001;  // 4004 bytes: the output spans a page boundary below and ends in a partial 4-vector
   Pages mem(4 * 4096);
   // a at a page start, out 16 bytes into the second page and ending inside
   // the third (neither start nor size a multiple of the 4 KiB import unit).
