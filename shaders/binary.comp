@@ -65,11 +65,56 @@ OT op(CT x, CT y) {
 #endif
 }
 
+// Operand k's 4x4 block at (r0, c0) on the 2-D block path, as 4 rows:
+// a column broadcast (one value per row), dense rows (4-vector loads), a
+// dense column (TRANS: row stride 1, 4-vector loads down each column, then
+// transposed in registers) or any other stride (16 scalar loads).
+#define LOAD_BLOCK(NAME, V, V4, COL, VEC, TRANS, OFF, RS, S)                             \
+  void NAME(int r0, int c0, out CTYPE4(IN_DT) v[4]) {                                   \
+    if (COL) {                                                                          \
+      for (int i = 0; i < 4; ++i) v[i] = CTYPE4(IN_DT)(LD(IN_DT, V.v[OFF + (r0 + i) * RS])); \
+    } else if (VEC) {                                                                   \
+      for (int i = 0; i < 4; ++i) v[i] = LD4(IN_DT, V4.v[(OFF + (r0 + i) * RS + c0) / 4]); \
+    } else if (TRANS) {                                                                 \
+      CTYPE4(IN_DT) t[4];                                                               \
+      for (int j = 0; j < 4; ++j) t[j] = LD4(IN_DT, V4.v[(OFF + r0 + (c0 + j) * S) / 4]); \
+      for (int i = 0; i < 4; ++i) v[i] = CTYPE4(IN_DT)(t[0][i], t[1][i], t[2][i], t[3][i]); \
+    } else {                                                                            \
+      for (int i = 0; i < 4; ++i) {                                                     \
+        const int b0 = OFF + (r0 + i) * RS + c0 * S;                                    \
+        v[i] = CTYPE4(IN_DT)(LD(IN_DT, V.v[b0]), LD(IN_DT, V.v[b0 + S]), LD(IN_DT, V.v[b0 + 2 * S]), \
+                             LD(IN_DT, V.v[b0 + 3 * S]));                                \
+      }                                                                                 \
+    }                                                                                   \
+  }
+LOAD_BLOCK(load_block0, a, a4, COL0, VEC0, TRANS0, pc.p.x, pc.q.x, int(pc.extra))
+LOAD_BLOCK(load_block1, b, b4, COL1, VEC1, TRANS1, pc.p.y, pc.q.y, pc.q.w)
+
 void main() {
   const int n = int(pc.n);
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
   if (i0 >= n) return;
+  if (BLOCK) {
+    // 4x4 blocks, 4x64 blocks (16x256 elements) per workgroup: each
+    // 64-byte line of a transposed operand is read whole by one workgroup
+    // (on lavapipe 16x256 beat 64x64, 32x128 and 8x512 by 10-30%).
+    const int W = pc.p.w, R = n / W;
+    const int tiles_c = (W + 255) / 256;
+    const int g = int(group_linear()), lid = int(gl_LocalInvocationID.x);
+    const int r0 = (g / tiles_c) * 16 + (lid / 64) * 4;
+    const int c0 = (g % tiles_c) * 256 + (lid % 64) * 4;
+    if (r0 >= R || c0 >= W) return;
+    CTYPE4(IN_DT) va[4], vb[4];
+    load_block0(r0, c0, va);
+    load_block1(r0, c0, vb);
+    for (int i = 0; i < 4; ++i) {
+      CTYPE4(OUT_DT) res;
+      for (int c = 0; c < 4; ++c) res[c] = op(va[i][c], vb[i][c]);
+      o4.v[(pc.p.z + (r0 + i) * pc.q.z + c0) / 4] = SV4(OUT_DT, res);
+    }
+    return;
+  }
   if (TWO_D) {
     const int W = pc.p.w;
     const int r = i0 / W;

@@ -34,6 +34,13 @@ const bool COL0 = (MODE & 1024u) != 0u;
 const bool COL1 = (MODE & 2048u) != 0u;
 const bool VEC0 = (MODE & 4096u) != 0u;
 const bool VEC1 = (MODE & 8192u) != 0u;
+// The 2-D block path (bit 16, with bit 9): each invocation a 4x4 block, a
+// workgroup 16x256 elements (rows R = n / W, both multiples of 4); input k
+// with bit 14 + k set is a dense column (row stride 1, stride along a row
+// a multiple of 4: a transposed operand), read by 4-vectors down columns.
+const bool BLOCK = (MODE & 65536u) != 0u;
+const bool TRANS0 = (MODE & 16384u) != 0u;
+const bool TRANS1 = (MODE & 32768u) != 0u;
 #define PARAMS (10 + 9 * NREC)
 #define REC_OFF(k) A(10 + 9 * (k))
 #define REC_STRIDE(k, d) A(11 + 9 * (k) + (d))

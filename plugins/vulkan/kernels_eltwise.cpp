@@ -92,6 +92,14 @@ void eltwise_dispatch(Call& c, const std::string& shader_name, std::vector<int32
       }
       extra = static_cast<uint32_t>(static_cast<int32_t>(co.strides[0][1]));
       qw[3] = static_cast<int32_t>(co.strides[1][1]);
+      // A dense column (row stride 1, a transposed operand) takes the block
+      // path: 4x4 blocks per invocation, 4-vector loads down its columns,
+      // a 16x256 tile per workgroup.
+      if (co.shape[0] % 4 == 0)
+        for (size_t k = 0; k < 2; ++k) {
+          const int64_t s1 = co.strides[k][1];
+          if (co.strides[k][0] == 1 && s1 % 4 == 0 && s1 != 0 && offsets[k] % 4 == 0) mode |= (16384u << k) | 65536u;
+        }
     } else if (fast) {
       mode = 1;
       for (size_t k = 0; k < offsets.size(); ++k) {
@@ -104,7 +112,9 @@ void eltwise_dispatch(Call& c, const std::string& shader_name, std::vector<int32
     spec[1] = static_cast<int32_t>(mode);
   }
   const Pipeline& p = c.dev.pipelines.get(shader_name, spec, static_cast<uint32_t>(bindings.size()));
-  c.dev.exec.dispatch(p, bindings, a.w, static_cast<uint32_t>(n), extra, ceil_div(n, kWG * kPerThread), c.op(), pw, qw);
+  const bool block = fast_mode && (spec[1] & 65536) != 0;
+  const uint64_t groups = block ? ceil_div(co.shape[0], 16) * ceil_div(co.shape[1], 256) : ceil_div(n, kWG * kPerThread);
+  c.dev.exec.dispatch(p, bindings, a.w, static_cast<uint32_t>(n), extra, groups, c.op(), pw, qw);
 }
 
 void binary_impl(Call& c) {
