@@ -23,6 +23,7 @@ DECL_RW1(5, o, IN_DT)
 shared CT As[BK][BM];
 shared CT Bs[BK][BN];
 
+#ifndef DIRECT_FORM
 void main() {
   const int N = A(0), C = A(1), H = A(2), W = A(3), O = A(4), OH = A(5), OW = A(6), KH = A(7), KW = A(8);
   const int sh = A(9), sw = A(10), ph = A(11), pw = A(12), dh = A(13), dw = A(14), groups = A(15);
@@ -86,3 +87,76 @@ void main() {
     }
   }
 }
+#else
+// The direct form (-DDIRECT_FORM, modules conv2d_<dtype>_direct: the host's
+// choice on CPU devices such as lavapipe, where barriers and lane-indexed
+// shared loads make the tiled form slow): no shared memory. Invocation g
+// computes TO output channels x TW consecutive output columns of one output
+// row; consecutive invocations take consecutive column blocks of the same
+// channels, so their weight loads are the same and their input loads adjacent.
+// Taps outside the input read a clamped index and are zeroed.
+// The block is fixed per module (register arrays sized by specialization
+// constants were not kept in registers by lavapipe).
+#ifndef TO
+#define TO 32
+#endif
+#ifndef TW
+#define TW 8
+#endif
+
+void main() {
+  const int N = A(0), C = A(1), H = A(2), W = A(3), O = A(4), OH = A(5), OW = A(6), KH = A(7), KW = A(8);
+  const int sh = A(9), sw = A(10), ph = A(11), pw = A(12), dh = A(13), dw = A(14), groups = A(15);
+  const int cg = C / groups, og = O / groups;
+  const int owb = (OW + TW - 1) / TW, ob = (og + TO - 1) / TO;
+  const int g = int(group_linear()) * 256 + int(gl_LocalInvocationID.x);
+  int rest = g;
+  const int bw = rest % owb;
+  rest /= owb;
+  const int oh = rest % OH;
+  rest /= OH;
+  const int n = rest % N;
+  rest /= N;
+  const int bo = rest % ob;
+  const int grp = rest / ob;
+  if (grp >= groups) return;
+  const int ow0 = bw * TW, oc0 = bo * TO;
+  const int khw = KH * KW, K = cg * khw;
+  int wr[TO];
+  for (int i = 0; i < TO; ++i) wr[i] = A(17) + (grp * og + min(oc0 + i, og - 1)) * K;  // channels past og repeat the last
+  int iw0[TW];
+  for (int t = 0; t < TW; ++t) iw0[t] = min(ow0 + t, OW - 1) * sw - pw;
+  CT acc[TO][TW];
+  for (int i = 0; i < TO; ++i)
+    for (int t = 0; t < TW; ++t) acc[i][t] = CT(0);
+  const int xbase = A(16) + (n * C + grp * cg) * H * W;
+  for (int c = 0; c < cg; ++c) {
+    const int xc = xbase + c * H * W;
+    for (int kh = 0; kh < KH; ++kh) {
+      const int ih = oh * sh - ph + kh * dh;
+      if (ih < 0 || ih >= H) continue;
+      const int xr = xc + ih * W;
+      const int kk0 = c * khw + kh * KW;
+      for (int kw = 0; kw < KW; ++kw) {
+        CT xv[TW], wv[TO];
+        for (int t = 0; t < TW; ++t) {
+          const int iw = iw0[t] + kw * dw;
+          const CT v = LD(IN_DT, x.v[xr + clamp(iw, 0, W - 1)]);
+          xv[t] = (iw >= 0 && iw < W) ? v : CT(0);
+        }
+        for (int i = 0; i < TO; ++i) wv[i] = LD(IN_DT, w.v[wr[i] + kk0 + kw]);
+        for (int i = 0; i < TO; ++i)
+          for (int t = 0; t < TW; ++t) acc[i][t] += wv[i] * xv[t];
+      }
+    }
+  }
+  const bool has_bias = A(20) != 0;
+  for (int i = 0; i < TO; ++i) {
+    if (oc0 + i >= og) break;
+    const int oc = grp * og + oc0 + i;
+    const CT bv = has_bias ? LD(IN_DT, bias.v[A(18) + oc]) : CT(0);
+    for (int t = 0; t < TW; ++t)
+      if (ow0 + t < OW) o.v[A(19) + ((n * O + oc) * OH + oh) * OW + ow0 + t] = SV(IN_DT, acc[i][t] + bv);
+  }
+}
+#endif

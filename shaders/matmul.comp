@@ -14,7 +14,7 @@
 layout(local_size_x = 256) in;
 
 DECL_RO1(2, a, IN_DT)
-DECL_RO1(3, b, IN_DT)
+DECL_RO(3, b, IN_DT)
 DECL_RW1(4, c, IN_DT)
 
 #define CT CTYPE(IN_DT)
@@ -43,33 +43,69 @@ void batch_offsets(int bt, inout int ao, inout int bo, inout int co) {
   }
 }
 
+// The direct form's block of C per invocation, TM x TN (TN a multiple of 4),
+// is fixed per module: register arrays sized by specialization constants
+// were not kept in registers by lavapipe (2-10x slower). Specialization
+// constant 0: BVEC (B's rows dense and 4-aligned, N % 4 == 0: 4-vector
+// loads of B). (4-vector loads of A along K, 4 steps of K at a time, were
+// ~30% slower on lavapipe: 4x the registers for A.)
+#ifndef TM
+#define TM 16
+#endif
+#ifndef TN
+#define TN 16
+#endif
+layout(constant_id = 0) const int BVEC = 0;
+
+void load_b(int bk, int bc[TN], int bv4[TN / 4], out CT bv[TN]) {
+  if (BVEC != 0) {
+    for (int j = 0; j < TN / 4; ++j) {
+      const CTYPE4(IN_DT) v = LD4(IN_DT, b4.v[bv4[j] + bk / 4]);
+      bv[4 * j] = v.x;
+      bv[4 * j + 1] = v.y;
+      bv[4 * j + 2] = v.z;
+      bv[4 * j + 3] = v.w;
+    }
+  } else {
+    for (int j = 0; j < TN; ++j) bv[j] = LD(IN_DT, b.v[bc[j] + bk]);
+  }
+}
+
 void main_direct() {
   const int M = A(0), N = A(1), K = A(2);
-  const int nb = (N + 3) / 4, mb = (M + 3) / 4;
+  const int nb = (N + TN - 1) / TN, mb = (M + TM - 1) / TM;
   const int g = int(group_linear()) * 256 + int(gl_LocalInvocationID.x);
   const int bt = g / (nb * mb);
   if (bt >= int(pc.n)) return;
   const int rest = g - bt * nb * mb;
-  const int m0 = (rest / nb) * 4, n0 = (rest % nb) * 4;
+  const int m0 = (rest / nb) * TM, n0 = (rest % nb) * TN;
   int ao = A(3), bo = A(6), co = A(9);
   batch_offsets(bt, ao, bo, co);
   const int a_sm = A(4), a_sk = A(5), b_sk = A(7), b_sn = A(8);
-  int ar[4], bc[4];
-  for (int i = 0; i < 4; ++i) ar[i] = ao + min(m0 + i, M - 1) * a_sm;  // rows past M repeat the last
-  for (int j = 0; j < 4; ++j) bc[j] = bo + min(n0 + j, N - 1) * b_sn;
-  CT acc[4][4];
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 4; ++j) acc[i][j] = CT(0);
-  for (int k = 0; k < K; ++k) {
-    CT av[4], bv[4];
-    for (int i = 0; i < 4; ++i) av[i] = LD(IN_DT, a.v[ar[i] + k * a_sk]);
-    for (int j = 0; j < 4; ++j) bv[j] = LD(IN_DT, b.v[bc[j] + k * b_sk]);
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+  int ar[TM], bc[TN];
+  for (int i = 0; i < TM; ++i) ar[i] = ao + min(m0 + i, M - 1) * a_sm;  // rows past M repeat the last
+  for (int j = 0; j < TN; ++j) bc[j] = bo + min(n0 + j, N - 1) * b_sn;
+  // BVEC: columns past N (N % 4 == 0, so only whole 4-vectors) repeat the last 4.
+  int bv4[TN / 4];
+  for (int j = 0; j < TN / 4; ++j) bv4[j] = (bo + min(n0 + 4 * j, N - 4)) / 4;
+  CT acc[TM][TN];
+  for (int i = 0; i < TM; ++i)
+    for (int j = 0; j < TN; ++j) acc[i][j] = CT(0);
+  {
+    int ak = 0, bk = 0;
+    for (int k = 0; k < K; ++k) {
+      CT av[TM], bv[TN];
+      for (int i = 0; i < TM; ++i) av[i] = LD(IN_DT, a.v[ar[i] + ak]);
+      load_b(bk, bc, bv4, bv);
+      ak += a_sk;
+      bk += b_sk;
+      for (int i = 0; i < TM; ++i)
+        for (int j = 0; j < TN; ++j) acc[i][j] += av[i] * bv[j];
+    }
   }
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < TM; ++i) {
     if (m0 + i >= M) break;
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < TN; ++j)
       if (n0 + j < N) c.v[co + (m0 + i) * N + n0 + j] = SV(IN_DT, acc[i][j]);
   }
 }
