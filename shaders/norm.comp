@@ -14,13 +14,14 @@
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const int OP = 0;
 
-DECL_RO1(2, x, IN_DT)
-DECL_RW1(3, o, IN_DT)
+DECL_RO(2, x, IN_DT)
+DECL_RW(3, o, IN_DT)
 DECL_RW1(4, o2, IN_DT)
-DECL_RO1(5, wt, IN_DT)
-DECL_RO1(6, bs, IN_DT)
+DECL_RO(5, wt, IN_DT)
+DECL_RO(6, bs, IN_DT)
 
 #define CT CTYPE(IN_DT)
+#define C4 CTYPE4(IN_DT)
 shared CT sh[WG];
 
 #ifdef IN_DC
@@ -88,9 +89,203 @@ void inner_offsets(int i, out int ii, out int io) {
   }
 }
 
+#ifdef SG
+// RM_SUBGROUP: one subgroup per row, pc.p.x rows per workgroup; no shared
+// memory and no barrier. RVEC: the row is contiguous in x and o, starts on a
+// multiple of 4 in both and has a multiple of 4 elements (so do weight and
+// bias): 4-vector loads and stores. The row is read once from memory: on a
+// CPU device a subgroup runs the whole row before the next, so the later
+// passes find it in cache.
+C4 nanmax4(C4 a, C4 b) { return mix(max(a, b), a + b, bvec4(uvec4(isnan(a)) | uvec4(isnan(b)))); }
+C4 EXP4(C4 v) { return C4(EXP(v.x), EXP(v.y), EXP(v.z), EXP(v.w)); }
+void kahan_add4(inout C4 acc, inout C4 c, C4 v) {
+  precise C4 y = v - c;
+  precise C4 t = acc + y;
+  precise C4 d = (t - acc) - y;
+  c = mix(d, C4(0), isinf(t));
+  acc = t;
+}
+CT sg_sum(CT v) {
+  for (uint m = gl_SubgroupSize / 2u; m > 0u; m >>= 1) v += subgroupShuffleXor(v, m);
+  return v;
+}
+CT sg_max(CT v) {
+  for (uint m = gl_SubgroupSize / 2u; m > 0u; m >>= 1) v = nanmax(v, subgroupShuffleXor(v, m));
+  return v;
+}
+
+// var_mean's stores, or layer_norm's write pass, from the row's mean and
+// sum of squared deviations q.
+void norm_finish(int ob, int base, int obase, int n, CT mean, CT q) {
+  const int sl = int(gl_SubgroupInvocationID), ss = int(gl_SubgroupSize);
+  const int n4 = RVEC == 1u ? n >> 2 : 0, b4 = base >> 2, o4b = obase >> 2;
+  int ii, io;
+  if (OP == 3) {
+    if (sl == 0) {
+      o.v[obase] = SV(IN_DT, q / max(CT(0), CT(n) - param_ct(4)));
+      o2.v[A(RPARAMS + 1) + ob] = SV(IN_DT, mean);
+    }
+    return;
+  }
+  const CT rstd = CT(1) / sqrt(q / CT(n) + param_ct(4));
+  const int flags = A(RPARAMS), wo = A(RPARAMS + 2), bo = A(RPARAMS + 3);
+  for (int j = sl; j < n4; j += ss) {
+    C4 y = (LD4(IN_DT, x4.v[b4 + j]) - mean) * rstd;
+    if ((flags & 1) != 0) y *= LD4(IN_DT, wt4.v[(wo >> 2) + j]);
+    if ((flags & 2) != 0) y += LD4(IN_DT, bs4.v[(bo >> 2) + j]);
+    o4.v[o4b + j] = SV4(IN_DT, y);
+  }
+  for (int i = 4 * n4 + sl; i < n; i += ss) {
+    inner_offsets(i, ii, io);
+    CT y = (LD(IN_DT, x.v[base + ii]) - mean) * rstd;
+    if ((flags & 1) != 0) y *= LD(IN_DT, wt.v[wo + i]);
+    if ((flags & 2) != 0) y += LD(IN_DT, bs.v[bo + i]);
+    o.v[obase + io] = SV(IN_DT, y);
+  }
+}
+void subgroup_row(int row, int n) {
+  int ib, ob;
+  row_offsets(R_OUTER, row, ib, ob);
+  const int base = IN_OFF + ib, obase = OUT_OFF + ob;
+  const int sl = int(gl_SubgroupInvocationID), ss = int(gl_SubgroupSize);
+  const bool vec = RVEC == 1u;
+  const int n4 = vec ? n >> 2 : 0, b4 = base >> 2, o4b = obase >> 2;
+  int ii, io;
+  if (OP <= 1) {
+    C4 m4 = C4(-uintBitsToFloat(0x7f800000u));
+    for (int j = sl; j < n4; j += ss) m4 = nanmax4(m4, LD4(IN_DT, x4.v[b4 + j]));
+    CT m = nanmax(nanmax(m4.x, m4.y), nanmax(m4.z, m4.w));
+    for (int i = 4 * n4 + sl; i < n; i += ss) {
+      inner_offsets(i, ii, io);
+      m = nanmax(m, LD(IN_DT, x.v[base + ii]));
+    }
+    m = sg_max(m);
+    // softmax in f32/f64: exp(x - m) is stored by this pass and divided by
+    // the sum in place by the next (one exp per element, not two).
+#if IN_DT == 1 || IN_DT == 4
+    const bool keep = OP == 0;
+#else
+    const bool keep = false;
+#endif
+    C4 s4 = C4(0);
+    for (int j = sl; j < n4; j += ss) {
+      const C4 e = EXP4(LD4(IN_DT, x4.v[b4 + j]) - m);
+      if (keep) o4.v[o4b + j] = SV4(IN_DT, e);
+      s4 += e;
+    }
+    CT s = (s4.x + s4.y) + (s4.z + s4.w);
+    for (int i = 4 * n4 + sl; i < n; i += ss) {
+      inner_offsets(i, ii, io);
+      const CT e = EXP(LD(IN_DT, x.v[base + ii]) - m);
+      if (keep) o.v[obase + io] = SV(IN_DT, e);
+      s += e;
+    }
+    s = sg_sum(s);
+    const CT ls = LOG(s);
+    for (int j = sl; j < n4; j += ss) {
+      C4 y;
+      if (keep) y = LD4(IN_DT, o4.v[o4b + j]) / s;
+      else if (OP == 0) y = EXP4(LD4(IN_DT, x4.v[b4 + j]) - m) / s;
+      else y = LD4(IN_DT, x4.v[b4 + j]) - m - ls;
+      o4.v[o4b + j] = SV4(IN_DT, y);
+    }
+    for (int i = 4 * n4 + sl; i < n; i += ss) {
+      inner_offsets(i, ii, io);
+      CT y;
+      if (keep) y = LD(IN_DT, o.v[obase + io]) / s;
+      else if (OP == 0) y = EXP(LD(IN_DT, x.v[base + ii]) - m) / s;
+      else y = LD(IN_DT, x.v[base + ii]) - m - ls;
+      o.v[obase + io] = SV(IN_DT, y);
+    }
+    return;
+  }
+  if (vec) {
+    // layer_norm / var_mean over 4-vectors, in one read: the mean from a
+    // compensated sum (exact propagation of inf and NaN), the sum of
+    // squared deviations by Chan et al.'s merge of (count, mean, M2): per
+    // 4-vector, then across the subgroup (symmetric, so every lane agrees).
+    C4 s4 = C4(0), c4 = C4(0);
+    CT wn = CT(0), wm = CT(0), w2 = CT(0);
+    for (int j = sl; j < n4; j += ss) {
+      const C4 v = LD4(IN_DT, x4.v[b4 + j]);
+      kahan_add4(s4, c4, v);
+      const CT bm = ((v.x + v.y) + (v.z + v.w)) * CT(0.25);
+      const C4 dv = v - bm;
+      const CT nn = wn + CT(4), r = CT(1) / nn;
+      const CT delta = bm - wm;
+      w2 += dot(dv, dv) + delta * delta * wn * (CT(4) * r);
+      wm = (wn * wm + CT(4) * bm) * r;
+      wn = nn;
+    }
+    CT s = (s4.x + s4.y) + (s4.z + s4.w);
+    precise CT cs = CT(0);
+    for (int i = 4 * n4 + sl; i < n; i += ss) {
+      const CT v = LD(IN_DT, x.v[base + i]);
+      kahan_add(s, cs, v);
+      const CT nn = wn + CT(1);
+      const CT delta = v - wm;
+      w2 += delta * delta * wn / nn;
+      wm = (wn * wm + v) / nn;
+      wn = nn;
+    }
+    const CT mean = sg_sum(s) / CT(n);
+    for (uint m = gl_SubgroupSize / 2u; m > 0u; m >>= 1) {
+      const CT nb = subgroupShuffleXor(wn, m), mb = subgroupShuffleXor(wm, m), qb = subgroupShuffleXor(w2, m);
+      const CT nn = wn + nb;
+      if (nn > CT(0)) {
+        const CT delta = mb - wm;
+        w2 = (w2 + qb) + delta * delta * (wn * nb / nn);
+        wm = (wn * wm + nb * mb) / nn;
+      }
+      wn = nn;
+    }
+    norm_finish(ob, base, obase, n, mean, w2);
+    return;
+  }
+  // layer_norm / var_mean: mean, then the sum of squared deviations, each
+  // compensated.
+  C4 s4 = C4(0), c4 = C4(0);
+  for (int j = sl; j < n4; j += ss) kahan_add4(s4, c4, LD4(IN_DT, x4.v[b4 + j]));
+  CT s = CT(0);
+  precise CT cs = CT(0);
+  for (int i = 4 * n4 + sl; i < n; i += ss) {
+    inner_offsets(i, ii, io);
+    kahan_add(s, cs, LD(IN_DT, x.v[base + ii]));
+  }
+  const CT mean = sg_sum(s + ((s4.x + s4.y) + (s4.z + s4.w))) / CT(n);
+  C4 q4 = C4(0);
+  c4 = C4(0);
+  for (int j = sl; j < n4; j += ss) {
+    const C4 dv = LD4(IN_DT, x4.v[b4 + j]) - mean;
+    kahan_add4(q4, c4, dv * dv);
+  }
+  CT q = CT(0);
+  precise CT cq = CT(0);
+  for (int i = 4 * n4 + sl; i < n; i += ss) {
+    inner_offsets(i, ii, io);
+    const CT dv = LD(IN_DT, x.v[base + ii]) - mean;
+    kahan_add(q, cq, dv * dv);
+  }
+  q = sg_sum(q + ((q4.x + q4.y) + (q4.z + q4.w)));
+  norm_finish(ob, base, obase, n, mean, q);
+}
+
+#endif
+
 void main() {
   const int rows = int(pc.n);
   const int n = INNER_N;
+#ifdef SG
+  if (RMODE == RM_SUBGROUP) {
+    g_simple = A(R_INNER) == 1;
+    g_ist = A(R_INNER + 9);
+    g_ost = A(R_INNER + 17);
+    const int g0 = int(group_linear()) * pc.p.x;
+    const int g1 = min(rows, g0 + pc.p.x);
+    for (int row = g0 + int(gl_SubgroupID); row < g1; row += int(gl_NumSubgroups)) subgroup_row(row, n);
+    return;
+  }
+#endif
   const bool group = RMODE == 0u;
   const uint lid = gl_LocalInvocationID.x;
   int row, first, step;

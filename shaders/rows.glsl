@@ -7,9 +7,29 @@
 //   params from RPARAMS = 54
 // RMODE (specialization constant 1; the push constant pc.extra carries the
 // same value): 0 = one workgroup per row, 1 = one invocation per row, and in
-// reduce/argreduce 2/3 = the split passes. A specialization constant, as
-// MODE in eltwise.glsl, so that lavapipe compiles only the mode it runs.
+// reduce/argreduce 2/3 = the split passes; in reduce/norm (the _sg variants)
+// 4 = one subgroup per row (pc.p.x rows per workgroup, no barriers); in
+// reduce 5/6/7 = columns (below). A specialization constant, as MODE in
+// eltwise.glsl, so that lavapipe compiles only the mode it runs.
 layout(constant_id = 1) const uint RMODE = 0u;
+// RVEC (specialization constant 2): 1 when the elements an invocation loads
+// together are contiguous and 4-aligned (the row in mode 4, the invocation's
+// 4 columns in modes 5/6), so they come as one 4-vector.
+layout(constant_id = 2) const uint RVEC = 0u;
+#define RM_GROUP 0u
+#define RM_INVOCATION 1u
+#define RM_SPLIT 2u
+#define RM_SPLIT_FINAL 3u
+#define RM_SUBGROUP 4u
+// Columns: the kept dims coalesce to one of input stride 1 (a reduction over
+// leading dims, e.g. sum over dim 0): invocation t owns output positions
+// ("columns") [4t, 4t + 4) and walks the rows, so neighbouring invocations
+// load neighbouring elements. 5 = all rows, 6 = rows [c * R, c * R + R) of
+// chunk c = workgroup / pc.p.y into scratch partials [c][column] (R = pc.p.z),
+// 7 = the sum of the pc.p.w partials of each column.
+#define RM_COLUMNS 5u
+#define RM_COLUMNS_SPLIT 6u
+#define RM_COLUMNS_FINAL 7u
 
 // -DSG (the _sg variants, for devices whose compute stage has subgroup
 // shuffles; the host picks them): workgroup reductions combine within a

@@ -5,9 +5,11 @@
 // order: value, NaN above every number, then lower index first), so the
 // output is sorted. Params (RPARAMS +): 0 k, 1 largest, 2 values offset,
 // 3 indices offset, 4 output stride of the dim.
-// RMODE 1 (k <= KMAX, many rows; the host's choice on CPU devices): one
-// invocation per row in one pass, keeping its best k in a sorted array
-// (most elements fail the first comparison, against the k-th best).
+// RMODE 1 (k <= 16, many rows; the host's choice on CPU devices): one
+// invocation per row in one pass, keeping its best K in a sorted array (K,
+// specialization constant 3, is k, so every index into the array is a
+// constant and the array lives in registers; most elements fail the first
+// comparison, against the K-th best).
 #include "common.glsl"
 #include "rows.glsl"
 
@@ -37,7 +39,7 @@ bool before(CT va, int ia, CT vb, int ib) {
   return ia < ib;
 }
 
-#define KMAX 16
+layout(constant_id = 3) const int K = 1;
 
 void main() {
   const int rows = int(pc.n);
@@ -46,7 +48,6 @@ void main() {
   if (RMODE == 1u) {
     const int r1 = int(group_linear()) * WG + int(lid);
     if (r1 >= rows) return;
-    const int k = A(RPARAMS);
     largest = A(RPARAMS + 1) != 0;
     const int vo = A(RPARAMS + 2), io = A(RPARAMS + 3), ost = A(RPARAMS + 4);
     int ib, ob;
@@ -54,25 +55,31 @@ void main() {
     const int base = IN_OFF + ib;
     const bool simple = A(R_INNER) == 1;
     const int st = A(R_INNER + 9);
-    CT hv[KMAX];
-    int hx[KMAX];
-    int cnt = 0;
+    // Best first; index -1 marks an empty slot (ranks after everything).
+    CT hv[K];
+    int hx[K];
+    for (int r = 0; r < K; ++r) {
+      hv[r] = CT(0);
+      hx[r] = -1;
+    }
     for (int i = 0; i < n; ++i) {
       int ii = i * st, iu;
       if (!simple) row_offsets(R_INNER, i, ii, iu);
       const CT v = LD(IN_DT, x.v[base + ii]);
-      if (cnt == k && !before(v, i, hv[k - 1], hx[k - 1])) continue;
-      int j = cnt < k ? cnt : k - 1;
-      if (cnt < k) ++cnt;
-      while (j > 0 && before(v, i, hv[j - 1], hx[j - 1])) {
-        hv[j] = hv[j - 1];
-        hx[j] = hx[j - 1];
-        --j;
+      if (!before(v, i, hv[K - 1], hx[K - 1])) continue;
+      hv[K - 1] = v;
+      hx[K - 1] = i;
+      for (int r = K - 1; r > 0; --r) {
+        if (!before(hv[r], hx[r], hv[r - 1], hx[r - 1])) break;
+        const CT tv = hv[r];
+        const int tx = hx[r];
+        hv[r] = hv[r - 1];
+        hx[r] = hx[r - 1];
+        hv[r - 1] = tv;
+        hx[r - 1] = tx;
       }
-      hv[j] = v;
-      hx[j] = i;
     }
-    for (int r = 0; r < k; ++r) {
+    for (int r = 0; r < K; ++r) {
       ov.v[vo + ob + r * ost] = SV(IN_DT, hv[r]);
       oi.v[io + ob + r * ost] = ivec2(hx[r], 0);
     }

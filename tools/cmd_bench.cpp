@@ -141,6 +141,19 @@ std::vector<Case> all_cases(const std::string& filter) {
   if (want("add_transposed")) cases.push_back(binary_case("add_transposed", {M, M}, {M, M}, true));
   if (want("sum_dim-1")) cases.push_back(unary_case("sum_dim-1", "sum", {M, M}, {{"dims", {-1}}}, M));
   if (want("sum_dim0")) cases.push_back(unary_case("sum_dim0", "sum", {M, M}, {{"dims", {0}}}, M));
+  if (want("mean_dim-1")) cases.push_back(unary_case("mean_dim-1", "mean", {M, M}, {{"dims", {-1}}}, M));
+  if (want("layer_norm_dim-1")) {
+    Case c = unary_case("layer_norm_dim-1", "layer_norm", {M, M}, {{"dims", {-1}}}, double(M) * M + 2.0 * M);
+    c.graph = Graph();
+    c.graph.input("x", BP_DTYPE_F32, {M, M});
+    c.graph.input("w", BP_DTYPE_F32, {M});
+    c.graph.input("b", BP_DTYPE_F32, {M});
+    c.graph.node("y", "layer_norm", {"x", "w", "b"}, {{"dims", {-1}}});
+    c.graph.output("y");
+    c.inputs["w"] = filled({M}, 2);
+    c.inputs["b"] = filled({M}, 3);
+    cases.push_back(std::move(c));
+  }
   if (want("softmax_dim-1"))
     cases.push_back(unary_case("softmax_dim-1", "softmax", {M, M}, {{"dim", -1}}, double(M) * M));
   if (want("topk8_dim-1")) {

@@ -122,6 +122,12 @@ struct RowPlan {
   int64_t inner_n = 1;
   uint32_t mode = 0;  // 0: a workgroup per row, 1: an invocation per row
   uint64_t groups = 0;
+  // The coalesced split (for a family's own choice of mode): ranks, the
+  // input and output strides of the outer and of the inner dims.
+  int outer_rank = 0, inner_rank = 0;
+  std::array<int64_t, BP_MAX_RANK> outer_in{}, outer_out{}, inner_in{}, inner_out{};
+  uint32_t vec = 0;                 // RVEC, specialization constant 2 (rows.glsl)
+  std::array<int32_t, 4> pwords{};  // pc.p of the dispatch
 };
 // out_strides: the output stride of each input dim (0 where a reduction
 // collapses it). Writes the 54-word row header.

@@ -269,6 +269,11 @@ RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uin
     Coalesced c = coalesce(r, shape, {ist, ost});
     if (n == 0) c.rank = 0;
     if (inner) inner_contiguous = c.rank == 1 && c.strides[0][0] == 1;
+    (inner ? p.inner_rank : p.outer_rank) = c.rank;
+    for (int i = 0; i < c.rank; ++i) {
+      (inner ? p.inner_in : p.outer_in)[i] = c.strides[0][i];
+      (inner ? p.inner_out : p.outer_out)[i] = c.strides[1][i];
+    }
     a.i32(c.rank);
     for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.shape[i] : 1);
     for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < c.rank ? c.strides[0][i] : 0);
@@ -312,8 +317,10 @@ std::vector<int32_t> row_spec(std::vector<int32_t> spec, uint32_t mode) {
 void dispatch_rows(Call& c, const std::string& shader_name, const std::vector<int32_t>& spec,
                    std::vector<Binding> bindings, const Args& a, const RowPlan& p) {
   if (p.outer_n == 0) return;
-  const Pipeline& pl = c.dev.pipelines.get(shader_name, row_spec(spec, p.mode), static_cast<uint32_t>(bindings.size()));
-  c.dev.exec.dispatch(pl, bindings, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op());
+  std::vector<int32_t> s = row_spec(spec, p.mode);
+  if (p.vec != 0) s.push_back(static_cast<int32_t>(p.vec));
+  const Pipeline& pl = c.dev.pipelines.get(shader_name, s, static_cast<uint32_t>(bindings.size()));
+  c.dev.exec.dispatch(pl, bindings, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op(), p.pwords);
 }
 
 }  // namespace bpvk

@@ -106,9 +106,16 @@ void topk_impl(Call& c) {
   a.i32(rank == 0 ? 0 : os[dim]);
   // On a CPU device with many rows and a small k: one pass per row in one
   // invocation (shaders/topk.comp, RMODE 1) instead of k workgroup passes.
+  // The array's size is k (specialization constant 3), so it lives in
+  // registers.
   if (c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && tp.k <= 16 && p.outer_n >= 1024) {
     p.mode = 1;
     p.groups = ceil_div(p.outer_n, 256);
+    const std::vector<int32_t> spec = {0, 1, 0, static_cast<int32_t>(tp.k)};
+    const Binding bs[] = {x.binding, ov.binding, oi.binding};
+    c.dev.exec.dispatch(c.dev.pipelines.get(shader("topk", d), spec, 3), bs, a.w, static_cast<uint32_t>(p.outer_n),
+                        p.mode, p.groups, c.op());
+    return;
   }
   dispatch_rows(c, shader("topk", d), {}, {x.binding, ov.binding, oi.binding}, a, p);
 }
