@@ -94,11 +94,11 @@ void main() {
   const int n = int(pc.n);
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
-  if (i0 >= n) return;
-  if (BLOCK) {
+  if (BLOCK) {  // its own grid (the check below is for 4 elements per invocation)
     // 4x4 blocks, 4x64 blocks (16x256 elements) per workgroup: each
     // 64-byte line of a transposed operand is read whole by one workgroup
-    // (on lavapipe 16x256 beat 64x64, 32x128 and 8x512 by 10-30%).
+    // (on lavapipe under heavy load 16x256 beat 64x64, 32x128 and 8x512 by
+    // 10-30%; with the machine quiet they and the 2-D path were within noise).
     const int W = pc.p.w, R = n / W;
     const int tiles_c = (W + 255) / 256;
     const int g = int(group_linear()), lid = int(gl_LocalInvocationID.x);
@@ -115,6 +115,7 @@ void main() {
     }
     return;
   }
+  if (i0 >= n) return;
   if (TWO_D) {
     const int W = pc.p.w;
     const int r = i0 / W;
