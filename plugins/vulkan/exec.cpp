@@ -378,22 +378,17 @@ void Exec::record(Stream& s, std::unique_lock<std::mutex>& lock) {
   // the end of its own (calls that overlap on the device split the time
   // between them rather than count it twice).
   if (stamps) vkCmdWriteTimestamp(s.cmd, kTimestampStage, s.queries, 0);
-  const Pipeline* bound = nullptr;
-  VkDescriptorSet bound_set = VK_NULL_HANDLE;
   for (size_t i = 0; i < s.pending.size(); ++i) {
     const PendingDispatch& d = s.pending[i];
     const int64_t call = s.dispatch_calls[i];
     if (d.barrier)
       vkCmdPipelineBarrier(s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
                            &mb, 0, nullptr, 0, nullptr);
-    if (d.pipeline != bound) {
-      vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->pipeline);
-      bound = d.pipeline;
-    }
-    if (d.set != bound_set) {
-      vkCmdBindDescriptorSets(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->layout, 0, 1, &d.set, 0, nullptr);
-      bound_set = d.set;
-    }
+    // Pipeline and set bound for every dispatch: keeping the bound set across
+    // a pipeline change (valid: every pipeline has the one layout) gave wrong
+    // results on lavapipe 22.3 (the transposed-operand binary path's test).
+    vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->pipeline);
+    vkCmdBindDescriptorSets(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->layout, 0, 1, &d.set, 0, nullptr);
     vkCmdPushConstants(s.cmd, d.pipeline->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof d.pc, &d.pc);
     vkCmdDispatch(s.cmd, d.groups[0], d.groups[1], d.groups[2]);
     if (stamps && (i + 1 == s.pending.size() || s.dispatch_calls[i + 1] != call))
