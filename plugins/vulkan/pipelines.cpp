@@ -74,6 +74,17 @@ std::string Pipelines::cache_path() const {
 
 void Pipelines::init(Device* dev) {
   dev_ = dev;
+  // Compile workers: one fewer than the cores (the thread that waits for a
+  // pipeline compiles too), at most 7, started as compiles are queued;
+  // BACKPLANE_VULKAN_COMPILE_THREADS=N sets N (0: each pipeline compiled when
+  // a kernel first asks for it, on the kernel's thread).
+  const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
+  max_workers_ = std::min<size_t>(hw - 1, 7);
+  if (const char* e = std::getenv("BACKPLANE_VULKAN_COMPILE_THREADS"); e && *e) {
+    char* end = nullptr;
+    const long n = std::strtol(e, &end, 10);
+    if (end && *end == '\0' && n >= 0) max_workers_ = static_cast<size_t>(std::min(n, 64L));
+  }
   path_ = cache_path();
   std::vector<char> data;
   if (!path_.empty()) data = load_cache();
@@ -293,14 +304,17 @@ const Pipeline& Pipelines::get(const std::string& shader, const std::vector<int3
   Pipeline& ref = *p;
   pipelines_.emplace(std::move(key), std::move(p));
   cache_dirty_ = true;
+  if (max_workers_ == 0) {
+    // BACKPLANE_VULKAN_COMPILE_THREADS=0: compiled here and now.
+    compile(ref);
+    std::lock_guard<std::mutex> lk(jobs_mu_);
+    BPVK_CHECK(ref.state == Pipeline::State::ready, ref.error_code, ref.error);
+    return ref;
+  }
   {
     std::lock_guard<std::mutex> lk(jobs_mu_);
     queue_.push_back(&ref);
-    // Workers: one fewer than the cores (the thread that waits compiles
-    // too), started as compiles are first queued.
-    const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
-    const size_t max_workers = std::min<size_t>(hw - 1, 7);
-    if (workers_.size() < std::min(max_workers, queue_.size())) {
+    if (workers_.size() < std::min(max_workers_, queue_.size())) {
       try {
         workers_.emplace_back([this] { worker(); });
       } catch (...) {

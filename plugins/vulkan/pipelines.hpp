@@ -111,6 +111,7 @@ class Pipelines {
   std::condition_variable done_cv_;  // a compile finished
   std::deque<Pipeline*> queue_;
   std::vector<std::thread> workers_;
+  size_t max_workers_ = 1;
   bool stop_ = false;
 };
 
