@@ -41,6 +41,30 @@ bool before(CT va, int ia, CT vb, int ib) {
 
 layout(constant_id = 3) const int K = 1;
 
+#ifdef IN_FC
+#define KT uint
+KT rank_key(CT v) {
+  const uint u = v == 0.0 ? 0u : floatBitsToUint(v);
+  const uint k = isnan(v) ? 0xffffffffu : (u & 0x80000000u) != 0u ? ~u : u | 0x80000000u;
+  return largest ? k : ~k;
+}
+#elif defined(IN_IC)
+#define KT int
+KT rank_key(CT v) { return largest ? v : ~v; }
+#endif
+#ifdef KT
+// Orders the pair (a before b) when b's key is higher.
+void key_swap(inout KT ka, inout int xa, inout KT kb, inout int xb) {
+  const bool s = kb > ka;
+  const KT tk = ka;
+  const int tx = xa;
+  ka = s ? kb : ka;
+  xa = s ? xb : xa;
+  kb = s ? tk : kb;
+  xb = s ? tx : xb;
+}
+#endif
+
 void main() {
   const int rows = int(pc.n);
   const int n = INNER_N;
@@ -55,6 +79,257 @@ void main() {
     const int base = IN_OFF + ib;
     const bool simple = A(R_INNER) == 1;
     const int st = A(R_INNER + 9);
+#if defined(IN_FC) || defined(IN_IC)
+    // 32-bit keys ordered as the ranking (higher is better: a float's bits
+    // made monotonic, NaN highest, -0 as +0; integers as they are; both
+    // complemented for the smallest), so a comparison is one integer compare
+    // and ties go to the lower index, already in the array. The first K
+    // elements fill it; later ones enter only above the K-th key. Values are
+    // read back by index at the end.
+    // K <= 16 named slots (k0/x0 best first): every index is a constant, so
+    // they stay in registers (an array indexed in a loop went to memory on
+    // lavapipe). Guards on K are constants after specialization.
+    KT k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, k12, k13, k14, k15;
+    int x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15;
+    if (K > 0) { int ii = 0 * st, iu; if (!simple) row_offsets(R_INNER, 0, ii, iu); k0 = rank_key(LD(IN_DT, x.v[base + ii])); x0 = 0; }
+    if (K > 1) { int ii = 1 * st, iu; if (!simple) row_offsets(R_INNER, 1, ii, iu); k1 = rank_key(LD(IN_DT, x.v[base + ii])); x1 = 1; }
+    if (K > 2) { int ii = 2 * st, iu; if (!simple) row_offsets(R_INNER, 2, ii, iu); k2 = rank_key(LD(IN_DT, x.v[base + ii])); x2 = 2; }
+    if (K > 3) { int ii = 3 * st, iu; if (!simple) row_offsets(R_INNER, 3, ii, iu); k3 = rank_key(LD(IN_DT, x.v[base + ii])); x3 = 3; }
+    if (K > 4) { int ii = 4 * st, iu; if (!simple) row_offsets(R_INNER, 4, ii, iu); k4 = rank_key(LD(IN_DT, x.v[base + ii])); x4 = 4; }
+    if (K > 5) { int ii = 5 * st, iu; if (!simple) row_offsets(R_INNER, 5, ii, iu); k5 = rank_key(LD(IN_DT, x.v[base + ii])); x5 = 5; }
+    if (K > 6) { int ii = 6 * st, iu; if (!simple) row_offsets(R_INNER, 6, ii, iu); k6 = rank_key(LD(IN_DT, x.v[base + ii])); x6 = 6; }
+    if (K > 7) { int ii = 7 * st, iu; if (!simple) row_offsets(R_INNER, 7, ii, iu); k7 = rank_key(LD(IN_DT, x.v[base + ii])); x7 = 7; }
+    if (K > 8) { int ii = 8 * st, iu; if (!simple) row_offsets(R_INNER, 8, ii, iu); k8 = rank_key(LD(IN_DT, x.v[base + ii])); x8 = 8; }
+    if (K > 9) { int ii = 9 * st, iu; if (!simple) row_offsets(R_INNER, 9, ii, iu); k9 = rank_key(LD(IN_DT, x.v[base + ii])); x9 = 9; }
+    if (K > 10) { int ii = 10 * st, iu; if (!simple) row_offsets(R_INNER, 10, ii, iu); k10 = rank_key(LD(IN_DT, x.v[base + ii])); x10 = 10; }
+    if (K > 11) { int ii = 11 * st, iu; if (!simple) row_offsets(R_INNER, 11, ii, iu); k11 = rank_key(LD(IN_DT, x.v[base + ii])); x11 = 11; }
+    if (K > 12) { int ii = 12 * st, iu; if (!simple) row_offsets(R_INNER, 12, ii, iu); k12 = rank_key(LD(IN_DT, x.v[base + ii])); x12 = 12; }
+    if (K > 13) { int ii = 13 * st, iu; if (!simple) row_offsets(R_INNER, 13, ii, iu); k13 = rank_key(LD(IN_DT, x.v[base + ii])); x13 = 13; }
+    if (K > 14) { int ii = 14 * st, iu; if (!simple) row_offsets(R_INNER, 14, ii, iu); k14 = rank_key(LD(IN_DT, x.v[base + ii])); x14 = 14; }
+    if (K > 15) { int ii = 15 * st, iu; if (!simple) row_offsets(R_INNER, 15, ii, iu); k15 = rank_key(LD(IN_DT, x.v[base + ii])); x15 = 15; }
+    // A stable sort of the first K (a strict comparison keeps ties in index order).
+    if (K > 1) {
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 2) {
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 3) {
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 4) {
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 5) {
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 6) {
+      key_swap(k5, x5, k6, x6);
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 7) {
+      key_swap(k6, x6, k7, x7);
+      key_swap(k5, x5, k6, x6);
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 8) {
+      key_swap(k7, x7, k8, x8);
+      key_swap(k6, x6, k7, x7);
+      key_swap(k5, x5, k6, x6);
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 9) {
+      key_swap(k8, x8, k9, x9);
+      key_swap(k7, x7, k8, x8);
+      key_swap(k6, x6, k7, x7);
+      key_swap(k5, x5, k6, x6);
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 10) {
+      key_swap(k9, x9, k10, x10);
+      key_swap(k8, x8, k9, x9);
+      key_swap(k7, x7, k8, x8);
+      key_swap(k6, x6, k7, x7);
+      key_swap(k5, x5, k6, x6);
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 11) {
+      key_swap(k10, x10, k11, x11);
+      key_swap(k9, x9, k10, x10);
+      key_swap(k8, x8, k9, x9);
+      key_swap(k7, x7, k8, x8);
+      key_swap(k6, x6, k7, x7);
+      key_swap(k5, x5, k6, x6);
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 12) {
+      key_swap(k11, x11, k12, x12);
+      key_swap(k10, x10, k11, x11);
+      key_swap(k9, x9, k10, x10);
+      key_swap(k8, x8, k9, x9);
+      key_swap(k7, x7, k8, x8);
+      key_swap(k6, x6, k7, x7);
+      key_swap(k5, x5, k6, x6);
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 13) {
+      key_swap(k12, x12, k13, x13);
+      key_swap(k11, x11, k12, x12);
+      key_swap(k10, x10, k11, x11);
+      key_swap(k9, x9, k10, x10);
+      key_swap(k8, x8, k9, x9);
+      key_swap(k7, x7, k8, x8);
+      key_swap(k6, x6, k7, x7);
+      key_swap(k5, x5, k6, x6);
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 14) {
+      key_swap(k13, x13, k14, x14);
+      key_swap(k12, x12, k13, x13);
+      key_swap(k11, x11, k12, x12);
+      key_swap(k10, x10, k11, x11);
+      key_swap(k9, x9, k10, x10);
+      key_swap(k8, x8, k9, x9);
+      key_swap(k7, x7, k8, x8);
+      key_swap(k6, x6, k7, x7);
+      key_swap(k5, x5, k6, x6);
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    if (K > 15) {
+      key_swap(k14, x14, k15, x15);
+      key_swap(k13, x13, k14, x14);
+      key_swap(k12, x12, k13, x13);
+      key_swap(k11, x11, k12, x12);
+      key_swap(k10, x10, k11, x11);
+      key_swap(k9, x9, k10, x10);
+      key_swap(k8, x8, k9, x9);
+      key_swap(k7, x7, k8, x8);
+      key_swap(k6, x6, k7, x7);
+      key_swap(k5, x5, k6, x6);
+      key_swap(k4, x4, k5, x5);
+      key_swap(k3, x3, k4, x4);
+      key_swap(k2, x2, k3, x3);
+      key_swap(k1, x1, k2, x2);
+      key_swap(k0, x0, k1, x1);
+    }
+    KT kt = (K - 1 == 15 ? k15 : (K - 1 == 14 ? k14 : (K - 1 == 13 ? k13 : (K - 1 == 12 ? k12 : (K - 1 == 11 ? k11 : (K - 1 == 10 ? k10 : (K - 1 == 9 ? k9 : (K - 1 == 8 ? k8 : (K - 1 == 7 ? k7 : (K - 1 == 6 ? k6 : (K - 1 == 5 ? k5 : (K - 1 == 4 ? k4 : (K - 1 == 3 ? k3 : (K - 1 == 2 ? k2 : (K - 1 == 1 ? k1 : k0)))))))))))))));  // the K-th key: the bar to enter
+    // Blocks of 16: the keys are compared with the bar first, and only the
+    // elements above it are inserted, in a loop that every lane leaves at
+    // once when none is (lavapipe runs both sides of a branch under a lane
+    // mask; a loop with no lane left ends).
+    for (int i0 = K; i0 < n; i0 += 16) {
+      uint pend = 0u;
+      for (int e = 0; e < 16; ++e) {
+        const int i = min(i0 + e, n - 1);
+        int ii = i * st, iu;
+        if (!simple) row_offsets(R_INNER, i, ii, iu);
+        pend |= (i0 + e < n && rank_key(LD(IN_DT, x.v[base + ii])) > kt) ? 1u << e : 0u;
+      }
+      while (pend != 0u) {
+        const int i = i0 + findLSB(pend);
+        pend &= pend - 1u;
+        int ii = i * st, iu;
+        if (!simple) row_offsets(R_INNER, i, ii, iu);
+        const KT kv = rank_key(LD(IN_DT, x.v[base + ii]));
+        if (kv <= kt) continue;  // the bar rose since
+        if (K - 1 == 0) { k0 = kv; x0 = i; }
+        if (K - 1 == 1) { k1 = kv; x1 = i; }
+        if (K - 1 == 2) { k2 = kv; x2 = i; }
+        if (K - 1 == 3) { k3 = kv; x3 = i; }
+        if (K - 1 == 4) { k4 = kv; x4 = i; }
+        if (K - 1 == 5) { k5 = kv; x5 = i; }
+        if (K - 1 == 6) { k6 = kv; x6 = i; }
+        if (K - 1 == 7) { k7 = kv; x7 = i; }
+        if (K - 1 == 8) { k8 = kv; x8 = i; }
+        if (K - 1 == 9) { k9 = kv; x9 = i; }
+        if (K - 1 == 10) { k10 = kv; x10 = i; }
+        if (K - 1 == 11) { k11 = kv; x11 = i; }
+        if (K - 1 == 12) { k12 = kv; x12 = i; }
+        if (K - 1 == 13) { k13 = kv; x13 = i; }
+        if (K - 1 == 14) { k14 = kv; x14 = i; }
+        if (K - 1 == 15) { k15 = kv; x15 = i; }
+        if (K > 15) key_swap(k14, x14, k15, x15);
+        if (K > 14) key_swap(k13, x13, k14, x14);
+        if (K > 13) key_swap(k12, x12, k13, x13);
+        if (K > 12) key_swap(k11, x11, k12, x12);
+        if (K > 11) key_swap(k10, x10, k11, x11);
+        if (K > 10) key_swap(k9, x9, k10, x10);
+        if (K > 9) key_swap(k8, x8, k9, x9);
+        if (K > 8) key_swap(k7, x7, k8, x8);
+        if (K > 7) key_swap(k6, x6, k7, x7);
+        if (K > 6) key_swap(k5, x5, k6, x6);
+        if (K > 5) key_swap(k4, x4, k5, x5);
+        if (K > 4) key_swap(k3, x3, k4, x4);
+        if (K > 3) key_swap(k2, x2, k3, x3);
+        if (K > 2) key_swap(k1, x1, k2, x2);
+        if (K > 1) key_swap(k0, x0, k1, x1);
+        kt = (K - 1 == 15 ? k15 : (K - 1 == 14 ? k14 : (K - 1 == 13 ? k13 : (K - 1 == 12 ? k12 : (K - 1 == 11 ? k11 : (K - 1 == 10 ? k10 : (K - 1 == 9 ? k9 : (K - 1 == 8 ? k8 : (K - 1 == 7 ? k7 : (K - 1 == 6 ? k6 : (K - 1 == 5 ? k5 : (K - 1 == 4 ? k4 : (K - 1 == 3 ? k3 : (K - 1 == 2 ? k2 : (K - 1 == 1 ? k1 : k0)))))))))))))));
+      }
+    }
+    if (K > 0) { int ii = x0 * st, iu; if (!simple) row_offsets(R_INNER, x0, ii, iu); ov.v[vo + ob + 0 * ost] = x.v[base + ii]; oi.v[io + ob + 0 * ost] = ivec2(x0, 0); }
+    if (K > 1) { int ii = x1 * st, iu; if (!simple) row_offsets(R_INNER, x1, ii, iu); ov.v[vo + ob + 1 * ost] = x.v[base + ii]; oi.v[io + ob + 1 * ost] = ivec2(x1, 0); }
+    if (K > 2) { int ii = x2 * st, iu; if (!simple) row_offsets(R_INNER, x2, ii, iu); ov.v[vo + ob + 2 * ost] = x.v[base + ii]; oi.v[io + ob + 2 * ost] = ivec2(x2, 0); }
+    if (K > 3) { int ii = x3 * st, iu; if (!simple) row_offsets(R_INNER, x3, ii, iu); ov.v[vo + ob + 3 * ost] = x.v[base + ii]; oi.v[io + ob + 3 * ost] = ivec2(x3, 0); }
+    if (K > 4) { int ii = x4 * st, iu; if (!simple) row_offsets(R_INNER, x4, ii, iu); ov.v[vo + ob + 4 * ost] = x.v[base + ii]; oi.v[io + ob + 4 * ost] = ivec2(x4, 0); }
+    if (K > 5) { int ii = x5 * st, iu; if (!simple) row_offsets(R_INNER, x5, ii, iu); ov.v[vo + ob + 5 * ost] = x.v[base + ii]; oi.v[io + ob + 5 * ost] = ivec2(x5, 0); }
+    if (K > 6) { int ii = x6 * st, iu; if (!simple) row_offsets(R_INNER, x6, ii, iu); ov.v[vo + ob + 6 * ost] = x.v[base + ii]; oi.v[io + ob + 6 * ost] = ivec2(x6, 0); }
+    if (K > 7) { int ii = x7 * st, iu; if (!simple) row_offsets(R_INNER, x7, ii, iu); ov.v[vo + ob + 7 * ost] = x.v[base + ii]; oi.v[io + ob + 7 * ost] = ivec2(x7, 0); }
+    if (K > 8) { int ii = x8 * st, iu; if (!simple) row_offsets(R_INNER, x8, ii, iu); ov.v[vo + ob + 8 * ost] = x.v[base + ii]; oi.v[io + ob + 8 * ost] = ivec2(x8, 0); }
+    if (K > 9) { int ii = x9 * st, iu; if (!simple) row_offsets(R_INNER, x9, ii, iu); ov.v[vo + ob + 9 * ost] = x.v[base + ii]; oi.v[io + ob + 9 * ost] = ivec2(x9, 0); }
+    if (K > 10) { int ii = x10 * st, iu; if (!simple) row_offsets(R_INNER, x10, ii, iu); ov.v[vo + ob + 10 * ost] = x.v[base + ii]; oi.v[io + ob + 10 * ost] = ivec2(x10, 0); }
+    if (K > 11) { int ii = x11 * st, iu; if (!simple) row_offsets(R_INNER, x11, ii, iu); ov.v[vo + ob + 11 * ost] = x.v[base + ii]; oi.v[io + ob + 11 * ost] = ivec2(x11, 0); }
+    if (K > 12) { int ii = x12 * st, iu; if (!simple) row_offsets(R_INNER, x12, ii, iu); ov.v[vo + ob + 12 * ost] = x.v[base + ii]; oi.v[io + ob + 12 * ost] = ivec2(x12, 0); }
+    if (K > 13) { int ii = x13 * st, iu; if (!simple) row_offsets(R_INNER, x13, ii, iu); ov.v[vo + ob + 13 * ost] = x.v[base + ii]; oi.v[io + ob + 13 * ost] = ivec2(x13, 0); }
+    if (K > 14) { int ii = x14 * st, iu; if (!simple) row_offsets(R_INNER, x14, ii, iu); ov.v[vo + ob + 14 * ost] = x.v[base + ii]; oi.v[io + ob + 14 * ost] = ivec2(x14, 0); }
+    if (K > 15) { int ii = x15 * st, iu; if (!simple) row_offsets(R_INNER, x15, ii, iu); ov.v[vo + ob + 15 * ost] = x.v[base + ii]; oi.v[io + ob + 15 * ost] = ivec2(x15, 0); }
+    return;
+#else
     // Best first; index -1 marks an empty slot (ranks after everything).
     CT hv[K];
     int hx[K];
@@ -84,6 +359,7 @@ void main() {
       oi.v[io + ob + r * ost] = ivec2(hx[r], 0);
     }
     return;
+#endif
   }
   const int row = int(group_linear());
   if (row >= rows) return;
