@@ -13,8 +13,7 @@ namespace {
 constexpr uint64_t kRingChunk = 1ull << 20;  // bytes of argument words per chunk
 constexpr uint32_t kSetsPerPool = 16;
 // A timestamp is written once the compute work recorded before it is done.
-// (On lavapipe every timestamp costs ~25 us whatever the stage: llvmpipe
-// takes it in a scene of its own.)
+// (On lavapipe a timestamp costs ~25 us whichever stage it names.)
 constexpr VkPipelineStageFlagBits kTimestampStage = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
 }  // namespace
 
