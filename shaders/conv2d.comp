@@ -12,7 +12,15 @@
 #define BM 64
 #define BN 64
 #define BK 16
+// The direct form (DIRECT_FORM, below) runs 64 invocations per workgroup:
+// its blocks are big, and a mid-size problem should still make several
+// workgroups for the CPU's threads.
+#ifdef DIRECT_FORM
+#define DIRECT_WG 64
+layout(local_size_x = DIRECT_WG) in;
+#else
 layout(local_size_x = 256) in;
+#endif
 
 DECL_RO1(2, x, IN_DT)
 DECL_RO1(3, w, IN_DT)
@@ -109,7 +117,7 @@ void main() {
   const int sh = A(9), sw = A(10), ph = A(11), pw = A(12), dh = A(13), dw = A(14), groups = A(15);
   const int cg = C / groups, og = O / groups;
   const int owb = (OW + TW - 1) / TW, ob = (og + TO - 1) / TO;
-  const int g = int(group_linear()) * 256 + int(gl_LocalInvocationID.x);
+  const int g = int(group_linear()) * DIRECT_WG + int(gl_LocalInvocationID.x);
   int rest = g;
   const int bw = rest % owb;
   rest /= owb;

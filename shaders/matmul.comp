@@ -11,7 +11,16 @@
 #define BM 64
 #define BN 64
 #define BK 16
+// The direct form (DIRECT_FORM, below) runs 64 invocations per workgroup:
+// its blocks are big, and a mid-size problem should still make several
+// workgroups for the CPU's threads.
+#ifdef DIRECT_FORM
+#define DIRECT_WG 64
+layout(local_size_x = DIRECT_WG) in;
+#else
+#define DIRECT_WG 256  // main_direct is compiled but not run here
 layout(local_size_x = 256) in;
+#endif
 
 DECL_RO1(2, a, IN_DT)
 DECL_RO(3, b, IN_DT)
@@ -74,7 +83,7 @@ void load_b(int bk, int bc[TN], int bv4[TN / 4], out CT bv[TN]) {
 void main_direct() {
   const int M = A(0), N = A(1), K = A(2);
   const int nb = (N + TN - 1) / TN, mb = (M + TM - 1) / TM;
-  const int g = int(group_linear()) * 256 + int(gl_LocalInvocationID.x);
+  const int g = int(group_linear()) * DIRECT_WG + int(gl_LocalInvocationID.x);
   const int bt = g / (nb * mb);
   if (bt >= int(pc.n)) return;
   const int rest = g - bt * nb * mb;

@@ -12,6 +12,7 @@ namespace {
 // 8x16 and 16x16 ~3x; conv2d 8x4 1.7, 16x8 3.6, 32x8 5.8, 64x8 1.9 GFLOP/s.
 constexpr int kDirectTM = 16, kDirectTN = 16;
 constexpr int kDirectTO = 32, kDirectTW = 8;
+constexpr int kDirectWG = 64;  // invocations per workgroup (DIRECT_WG)
 
 void matmul_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
@@ -61,7 +62,7 @@ void matmul_impl(Call& c) {
   const bool bvec = aligned(1, b.offset, bl.strides[r - 2], bl.strides[r - 1], N);
   const int64_t blocks =
       direct ? ceil_div(M, kDirectTM) * ceil_div(N, kDirectTN) * batch : ceil_div(M, 64) * ceil_div(N, 64) * batch;
-  const uint64_t groups = direct ? ceil_div(blocks, 256) : blocks;
+  const uint64_t groups = direct ? ceil_div(blocks, kDirectWG) : blocks;
   BPVK_CHECK(groups < (1ull << 31) && blocks < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, "matmul: too many tiles");
   const Pipeline& p = direct ? c.dev.pipelines.get(shader("matmul", d) + "_direct", {bvec ? 1 : 0}, 3)
                              : c.dev.pipelines.get(shader("matmul", d), {}, 3);
@@ -106,7 +107,7 @@ void conv2d_impl(Call& c) {
   const int64_t og = O / cp.groups;
   const int64_t blocks = direct ? ceil_div(og, to) * N * OH * ceil_div(OW, tw) * cp.groups : 0;
   BPVK_CHECK(blocks < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, "conv2d: too many output blocks");
-  const uint64_t groups = direct ? ceil_div(blocks, 256)
+  const uint64_t groups = direct ? ceil_div(blocks, kDirectWG)
                                  : ceil_div(N * OH * OW, 64) * ceil_div(og, 64) * static_cast<uint64_t>(cp.groups);
   const Pipeline& p = direct ? c.dev.pipelines.get(shader("conv2d", d) + "_direct", {}, 4)
                              : c.dev.pipelines.get(shader("conv2d", d), {}, 4);
