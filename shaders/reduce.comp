@@ -106,17 +106,11 @@ void store(int ob, CT acc, int n) {
   o.v[OUT_OFF + ob] = SV(IN_DT, acc);
 }
 
-// RBLOCK (specialization constant 3, modes 5 and 6): the workgroup meets at
-// a barrier after each RBLOCK rows (0: never). On a CPU device, where a
-// workgroup's subgroups run one after the other, this makes them read the
-// same few rows in turn (a contiguous stream) instead of each walking its
-// own column strip down thousands of rows (a new page per row).
-layout(constant_id = 3) const int RBLOCK = 0;
-// CV (specialization constant 4, modes 5 to 7): 4-column groups per
+// CV (specialization constant 3, modes 5 to 7): 4-column groups per
 // invocation, side by side (4 CV neighbouring columns; a workgroup spans
 // 4 WG CV of them, so on a CPU device with CV = 4 it takes whole rows of up
 // to 4096 elements, and each subgroup reads a contiguous stretch of a row).
-layout(constant_id = 4) const int CV = 1;
+layout(constant_id = 3) const int CV = 1;
 
 // The 4 columns from `col` (clamped into the row; only whole groups are
 // 4-vectors, RVEC).
@@ -128,7 +122,7 @@ C4 load_cols(int b, int col, int cols) {
 
 // Columns (modes 5 to 7): pc.n is the column count; each workgroup spans
 // 4 WG CV columns (pc.p.y spans per chunk of rows) and reduces rows
-// [r0, r1) of them (the same for the whole workgroup: barriers).
+// [r0, r1) of them.
 void columns_main(int n) {
   const int cols = int(pc.n);
   const int lid = int(gl_LocalInvocationID.x);
@@ -159,22 +153,17 @@ void columns_main(int n) {
       }
     }
   } else {
+    if (col0 >= cols) return;
     const int st = row_in_stride();
     const bool simple = A(R_INNER) == 1;
-    const bool live = col0 < cols;
-    const int rb = RBLOCK > 0 ? RBLOCK : max(1, r1 - r0);
-    for (int rs = r0; rs < r1; rs += rb) {
-      const int re = live ? min(r1, rs + rb) : rs;
-      for (int r = rs; r < re; ++r) {
-        int ii = r * st, io;
-        if (!simple) row_offsets(R_INNER, r, ii, io);
-        const int b = IN_OFF + ii;
-        for (int q = 0; q < CV; ++q) {
-          const int c = col0 + 4 * q;
-          if (CV == 1 || c < cols) add4(acc[q], comp[q], load_cols(b, c, cols));
-        }
+    for (int r = r0; r < r1; ++r) {
+      int ii = r * st, io;
+      if (!simple) row_offsets(R_INNER, r, ii, io);
+      const int b = IN_OFF + ii;
+      for (int q = 0; q < CV; ++q) {
+        const int c = col0 + 4 * q;
+        if (CV == 1 || c < cols) add4(acc[q], comp[q], load_cols(b, c, cols));
       }
-      if (RBLOCK > 0) barrier();
     }
   }
   for (int q = 0; q < CV; ++q) {

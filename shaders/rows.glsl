@@ -23,8 +23,9 @@ layout(constant_id = 2) const uint RVEC = 0u;
 #define RM_SUBGROUP 4u
 // Columns: the kept dims coalesce to one of input stride 1 (a reduction over
 // leading dims, e.g. sum over dim 0): invocation t owns output positions
-// ("columns") [4t, 4t + 4) and walks the rows, so neighbouring invocations
-// load neighbouring elements. 5 = all rows, 6 = rows [c * R, c * R + R) of
+// ("columns") [4 CV t, 4 CV t + 4 CV) (CV in reduce.comp) and walks the
+// rows, so neighbouring invocations load neighbouring elements. 5 = all
+// rows, 6 = rows [c * R, c * R + R) of
 // chunk c = workgroup / pc.p.y into scratch partials [c][column] (R = pc.p.z),
 // 7 = the sum of the pc.p.w partials of each column.
 #define RM_COLUMNS 5u
