@@ -97,7 +97,26 @@ void inner_offsets(int i, out int ii, out int io) {
 // CPU device a subgroup runs the whole row before the next, so the later
 // passes find it in cache.
 C4 nanmax4(C4 a, C4 b) { return mix(max(a, b), a + b, bvec4(uvec4(isnan(a)) | uvec4(isnan(b)))); }
-C4 EXP4(C4 v) { return C4(EXP(v.x), EXP(v.y), EXP(v.z), EXP(v.w)); }
+// e^x for x <= 0 (x - max in softmax), -inf or NaN: exp_f's reduction and
+// polynomial, scaled by two powers of two built from their bits (normal
+// numbers for n in [-150, 0]) instead of two ldexp calls.
+#ifdef IN_DC
+CT EXPN(CT x) { return EXP(x); }
+#else
+CT EXPN(CT x) {
+  const float xc = max(x, -104.0);
+  const float fx = floor(xc * 1.44269504088896341 + 0.5);
+  float r = xc - fx * 0.693359375;
+  r = r + fx * 2.12194440e-4;
+  const float z = r * r;
+  const float p = (((((1.9875691500E-4 * r + 1.3981999507E-3) * r + 8.3334519073E-3) * r + 4.1665795894E-2) * r +
+                    1.6666665459E-1) * r + 5.0000001201E-1) * z + r + 1.0;
+  const int n = int(fx), h = n / 2;
+  const float y = p * uintBitsToFloat(uint(h + 127) << 23) * uintBitsToFloat(uint(n - h + 127) << 23);
+  return isnan(x) ? x : x < -103.972084045410 ? 0.0 : y;
+}
+#endif
+C4 EXPN4(C4 v) { return C4(EXPN(v.x), EXPN(v.y), EXPN(v.z), EXPN(v.w)); }
 void kahan_add4(inout C4 acc, inout C4 c, C4 v) {
   precise C4 y = v - c;
   precise C4 t = acc + y;
@@ -151,6 +170,29 @@ void subgroup_row(int row, int n) {
   const bool vec = RVEC == 1u;
   const int n4 = vec ? n >> 2 : 0, b4 = base >> 2, o4b = obase >> 2;
   int ii, io;
+  if (OP <= 1 && vec) {
+    // Online: one read for the running max m and the sum s of exp(x - m)
+    // (rescaled when m grows), merged across the subgroup, then one read to
+    // write (2 reads, 1 write; softmax_dim-1 on lavapipe 86-95 ms with three
+    // passes, 73-75 ms with this and EXPN).
+    CT m = CT(-uintBitsToFloat(0x7f800000u)), s = CT(0);
+    for (int j = sl; j < n4; j += ss) {
+      const C4 v = LD4(IN_DT, x4.v[b4 + j]);
+      const CT mn = nanmax(m, nanmax(nanmax(v.x, v.y), nanmax(v.z, v.w)));
+      const C4 e = EXPN4(v - mn);
+      s = s * (m == mn ? CT(1) : EXPN(m - mn)) + ((e.x + e.y) + (e.z + e.w));
+      m = mn;
+    }
+    const CT M = sg_max(m);
+    const CT S = sg_sum(s * (m == M ? CT(1) : EXPN(m - M)));
+    const CT ls = LOG(S);
+    const CT rs = CT(1) / S;
+    for (int j = sl; j < n4; j += ss) {
+      const C4 v = LD4(IN_DT, x4.v[b4 + j]) - M;
+      o4.v[o4b + j] = SV4(IN_DT, OP == 0 ? EXPN4(v) * rs : v - ls);
+    }
+    return;
+  }
   if (OP <= 1) {
     C4 m4 = C4(-uintBitsToFloat(0x7f800000u));
     for (int j = sl; j < n4; j += ss) m4 = nanmax4(m4, LD4(IN_DT, x4.v[b4 + j]));
@@ -160,8 +202,9 @@ void subgroup_row(int row, int n) {
       m = nanmax(m, LD(IN_DT, x.v[base + ii]));
     }
     m = sg_max(m);
-    // softmax in f32/f64: exp(x - m) is stored by this pass and divided by
-    // the sum in place by the next (one exp per element, not two).
+    // Rows that are not 4-vectors. softmax in f32/f64: exp(x - m) is stored
+    // by this pass and divided by the sum in place by the next (one exp per
+    // element, not two).
 #if IN_DT == 1 || IN_DT == 4
     const bool keep = OP == 0;
 #else
@@ -169,14 +212,14 @@ void subgroup_row(int row, int n) {
 #endif
     C4 s4 = C4(0);
     for (int j = sl; j < n4; j += ss) {
-      const C4 e = EXP4(LD4(IN_DT, x4.v[b4 + j]) - m);
+      const C4 e = EXPN4(LD4(IN_DT, x4.v[b4 + j]) - m);
       if (keep) o4.v[o4b + j] = SV4(IN_DT, e);
       s4 += e;
     }
     CT s = (s4.x + s4.y) + (s4.z + s4.w);
     for (int i = 4 * n4 + sl; i < n; i += ss) {
       inner_offsets(i, ii, io);
-      const CT e = EXP(LD(IN_DT, x.v[base + ii]) - m);
+      const CT e = EXPN(LD(IN_DT, x.v[base + ii]) - m);
       if (keep) o.v[obase + io] = SV(IN_DT, e);
       s += e;
     }
@@ -185,7 +228,7 @@ void subgroup_row(int row, int n) {
     for (int j = sl; j < n4; j += ss) {
       C4 y;
       if (keep) y = LD4(IN_DT, o4.v[o4b + j]) / s;
-      else if (OP == 0) y = EXP4(LD4(IN_DT, x4.v[b4 + j]) - m) / s;
+      else if (OP == 0) y = EXPN4(LD4(IN_DT, x4.v[b4 + j]) - m) / s;
       else y = LD4(IN_DT, x4.v[b4 + j]) - m - ls;
       o4.v[o4b + j] = SV4(IN_DT, y);
     }
@@ -193,7 +236,7 @@ void subgroup_row(int row, int n) {
       inner_offsets(i, ii, io);
       CT y;
       if (keep) y = LD(IN_DT, o.v[obase + io]) / s;
-      else if (OP == 0) y = EXP(LD(IN_DT, x.v[base + ii]) - m) / s;
+      else if (OP == 0) y = EXPN(LD(IN_DT, x.v[base + ii]) - m) / s;
       else y = LD(IN_DT, x.v[base + ii]) - m - ls;
       o.v[obase + io] = SV(IN_DT, y);
     }
