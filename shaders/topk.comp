@@ -5,7 +5,11 @@
 // order: value, NaN above every number, then lower index first), so the
 // output is sorted. Params (RPARAMS +): 0 k, 1 largest, 2 values offset,
 // 3 indices offset, 4 output stride of the dim.
-// RMODE 1 (k <= 16, many rows; the host's choice on CPU devices): one
+// RMODE 1 (k <= 16, many rows; the host's choice on CPU devices; only in
+// the variant topk_<dtype>_onepass, -DTOPK_ONEPASS, and the k-round form only
+// in topk_<dtype>: lavapipe's compile time grows with all the code of a
+// module, branches dead by specialization included: 42 ms for the demo's
+// topk with both forms in one module, 2.4 ms without the one-pass form): one
 // invocation per row in one pass, keeping its best K in a sorted array (K,
 // specialization constant 3, is k, so every index into the array is a
 // constant and the array lives in registers; most elements fail the first
@@ -69,6 +73,7 @@ void main() {
   const int rows = int(pc.n);
   const int n = INNER_N;
   const uint lid = gl_LocalInvocationID.x;
+#ifdef TOPK_ONEPASS
   if (RMODE == 1u) {
     const int r1 = int(group_linear()) * WG + int(lid);
     if (r1 >= rows) return;
@@ -361,6 +366,7 @@ void main() {
     return;
 #endif
   }
+#else
   const int row = int(group_linear());
   if (row >= rows) return;
   const int k = A(RPARAMS);
@@ -401,4 +407,5 @@ void main() {
     }
     barrier();
   }
+#endif
 }

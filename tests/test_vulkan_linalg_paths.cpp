@@ -261,12 +261,16 @@ TEST_CASE("vulkan paths: matmul's blocks at edges, batch broadcast and transpose
   };
   // N % 4 == 0 with dense B: 4-vector loads of B; otherwise scalar loads.
   // M, N not multiples of the block; K = 1; batch 1 against 3 both ways.
+  // Products up to 2^21 multiply-adds take the 4x4 block, bigger ones the
+  // 16x16 block (the last three shapes), each at edges.
   const std::vector<S> shapes = {{1, 1, 1, 1, 1, false, false},   {5, 7, 3, 1, 1, false, false},
                                  {33, 17, 70, 1, 1, false, false}, {37, 29, 12, 1, 1, false, false},
                                  {64, 64, 64, 1, 1, false, false}, {9, 1, 20, 1, 1, false, false},
                                  {13, 21, 8, 1, 3, false, false},  {11, 6, 9, 3, 1, false, false},
                                  {19, 23, 16, 2, 2, true, false},  {18, 10, 24, 1, 1, false, true},
-                                 {7, 5, 13, 3, 3, true, true},     {130, 70, 68, 1, 1, false, false}};
+                                 {7, 5, 13, 3, 3, true, true},     {130, 70, 68, 1, 1, false, false},
+                                 {150, 130, 122, 1, 1, false, false}, {136, 128, 132, 1, 1, false, false},
+                                 {90, 100, 120, 2, 2, true, false}};
   for (bp_dtype d : kFloats) {
     if (!has_kernel(*dv.vk, "matmul", d)) continue;
     for (const S& s : shapes) {

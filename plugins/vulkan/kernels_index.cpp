@@ -113,7 +113,7 @@ void topk_impl(Call& c) {
     p.groups = ceil_div(p.outer_n, 256);
     const std::vector<int32_t> spec = {0, 1, 0, static_cast<int32_t>(tp.k)};
     const Binding bs[] = {x.binding, ov.binding, oi.binding};
-    c.dev.exec.dispatch(c.dev.pipelines.get(shader("topk", d), spec, 3), bs, a.w, static_cast<uint32_t>(p.outer_n),
+    c.dev.exec.dispatch(c.dev.pipelines.get(shader("topk", d) + "_onepass", spec, 3), bs, a.w, static_cast<uint32_t>(p.outer_n),
                         p.mode, p.groups, c.op());
     return;
   }

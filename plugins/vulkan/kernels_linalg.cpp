@@ -11,6 +11,11 @@ namespace {
 // Measured on lavapipe (2 loaded cores): matmul 1024^3 4x4 ~1x, 8x8 ~2x,
 // 8x16 and 16x16 ~3x; conv2d 8x4 1.7, 16x8 3.6, 32x8 5.8, 64x8 1.9 GFLOP/s.
 constexpr int kDirectTM = 16, kDirectTN = 16;
+// Products of at most this many multiply-adds take the direct form's 4x4
+// block (modules matmul_<dtype>_direct4): either block runs them in well
+// under a millisecond, and lavapipe compiles the 4x4 module in ~6 ms against
+// ~35 ms for the 16x16 one, which a plan's first run pays.
+constexpr int64_t kSmallMacs = int64_t{1} << 21;
 constexpr int kDirectTO = 32, kDirectTW = 8;
 constexpr int kDirectWG = 64;  // invocations per workgroup (DIRECT_WG)
 
@@ -60,11 +65,12 @@ void matmul_impl(Call& c) {
     return true;
   };
   const bool bvec = aligned(1, b.offset, bl.strides[r - 2], bl.strides[r - 1], N);
-  const int64_t blocks =
-      direct ? ceil_div(M, kDirectTM) * ceil_div(N, kDirectTN) * batch : ceil_div(M, 64) * ceil_div(N, 64) * batch;
+  const bool small = direct && static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) * static_cast<double>(batch) <= static_cast<double>(kSmallMacs);
+  const int tm = small ? 4 : kDirectTM, tn = small ? 4 : kDirectTN;
+  const int64_t blocks = direct ? ceil_div(M, tm) * ceil_div(N, tn) * batch : ceil_div(M, 64) * ceil_div(N, 64) * batch;
   const uint64_t groups = direct ? ceil_div(blocks, kDirectWG) : blocks;
   BPVK_CHECK(groups < (1ull << 31) && blocks < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, "matmul: too many tiles");
-  const Pipeline& p = direct ? c.dev.pipelines.get(shader("matmul", d) + "_direct", {bvec ? 1 : 0}, 3)
+  const Pipeline& p = direct ? c.dev.pipelines.get(shader("matmul", d) + (small ? "_direct4" : "_direct"), {bvec ? 1 : 0}, 3)
                              : c.dev.pipelines.get(shader("matmul", d), {}, 3);
   const Binding bs[] = {a.binding, b.binding, o.binding};
   c.dev.exec.dispatch(p, bs, args.w, static_cast<uint32_t>(batch), 0, groups, c.op());
