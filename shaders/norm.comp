@@ -1,6 +1,12 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // Row-wise normalisations. OP: 0 softmax 1 log_softmax 2 layer_norm 3 var_mean.
+// NFAM (-D, one module per family): 0 softmax/log_softmax (OP 0/1), 1
+// layer_norm, 2 var_mean; -DSGROW (with -DSG): the module holds only the
+// subgroup-per-row mode (RM_SUBGROUP), else only modes 0/1. lavapipe's
+// compile time grows with all the code in a module, dead specialization
+// branches included (one module for all four ops and modes took 27-34 ms a
+// pipeline).
 // Params (RPARAMS +): 0 flags (1: weight, 2: bias), 1 offset of the second
 // output (var_mean's mean slot), 2 / 3 offsets of weight / bias, 4.. eps
 // (layer_norm) / correction (var_mean) in the compute type.
@@ -10,6 +16,12 @@
 #define BP_MATH_DOUBLE 1
 #endif
 #include "math.glsl"
+#ifndef NFAM
+#error "NFAM (0 softmax/log_softmax, 1 layer_norm, 2 var_mean) is required"
+#endif
+#if defined(SGROW) && !defined(SG)
+#error "SGROW needs SG"
+#endif
 
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const int OP = 0;
@@ -89,7 +101,7 @@ void inner_offsets(int i, out int ii, out int io) {
   }
 }
 
-#ifdef SG
+#ifdef SGROW
 // RM_SUBGROUP: one subgroup per row, pc.p.x rows per workgroup; no shared
 // memory and no barrier. RVEC: the row is contiguous in x and o, starts on a
 // multiple of 4 in both and has a multiple of 4 elements (so do weight and
@@ -139,13 +151,12 @@ void norm_finish(int ob, int base, int obase, int n, CT mean, CT q) {
   const int sl = int(gl_SubgroupInvocationID), ss = int(gl_SubgroupSize);
   const int n4 = RVEC == 1u ? n >> 2 : 0, b4 = base >> 2, o4b = obase >> 2;
   int ii, io;
-  if (OP == 3) {
-    if (sl == 0) {
-      o.v[obase] = SV(IN_DT, q / max(CT(0), CT(n) - param_ct(4)));
-      o2.v[A(RPARAMS + 1) + ob] = SV(IN_DT, mean);
-    }
-    return;
+#if NFAM == 2
+  if (sl == 0) {
+    o.v[obase] = SV(IN_DT, q / max(CT(0), CT(n) - param_ct(4)));
+    o2.v[A(RPARAMS + 1) + ob] = SV(IN_DT, mean);
   }
+#else
   const CT rstd = CT(1) / sqrt(q / CT(n) + param_ct(4));
   const int flags = A(RPARAMS), wo = A(RPARAMS + 2), bo = A(RPARAMS + 3);
   for (int j = sl; j < n4; j += ss) {
@@ -161,6 +172,7 @@ void norm_finish(int ob, int base, int obase, int n, CT mean, CT q) {
     if ((flags & 2) != 0) y += LD(IN_DT, bs.v[bo + i]);
     o.v[obase + io] = SV(IN_DT, y);
   }
+#endif
 }
 void subgroup_row(int row, int n) {
   int ib, ob;
@@ -170,7 +182,8 @@ void subgroup_row(int row, int n) {
   const bool vec = RVEC == 1u;
   const int n4 = vec ? n >> 2 : 0, b4 = base >> 2, o4b = obase >> 2;
   int ii, io;
-  if (OP <= 1 && vec) {
+#if NFAM == 0
+  if (vec) {
     // Online: one read for the running max m and the sum s of exp(x - m)
     // (rescaled when m grows), merged across the subgroup, then one read to
     // write (2 reads, 1 write; softmax_dim-1 on lavapipe 86-95 ms with three
@@ -193,7 +206,7 @@ void subgroup_row(int row, int n) {
     }
     return;
   }
-  if (OP <= 1) {
+  {
     C4 m4 = C4(-uintBitsToFloat(0x7f800000u));
     for (int j = sl; j < n4; j += ss) m4 = nanmax4(m4, LD4(IN_DT, x4.v[b4 + j]));
     CT m = nanmax(nanmax(m4.x, m4.y), nanmax(m4.z, m4.w));
@@ -240,8 +253,8 @@ void subgroup_row(int row, int n) {
       else y = LD(IN_DT, x.v[base + ii]) - m - ls;
       o.v[obase + io] = SV(IN_DT, y);
     }
-    return;
   }
+#else
   if (vec) {
     // layer_norm / var_mean over 4-vectors, in one read: the mean from a
     // compensated sum (exact propagation of inf and NaN), the sum of
@@ -311,6 +324,7 @@ void subgroup_row(int row, int n) {
   }
   q = sg_sum(q + ((q4.x + q4.y) + (q4.z + q4.w)));
   norm_finish(ob, base, obase, n, mean, q);
+#endif
 }
 
 #endif
@@ -318,17 +332,14 @@ void subgroup_row(int row, int n) {
 void main() {
   const int rows = int(pc.n);
   const int n = INNER_N;
-#ifdef SG
-  if (RMODE == RM_SUBGROUP) {
-    g_simple = A(R_INNER) == 1;
-    g_ist = A(R_INNER + 9);
-    g_ost = A(R_INNER + 17);
-    const int g0 = int(group_linear()) * pc.p.x;
-    const int g1 = min(rows, g0 + pc.p.x);
-    for (int row = g0 + int(gl_SubgroupID); row < g1; row += int(gl_NumSubgroups)) subgroup_row(row, n);
-    return;
-  }
-#endif
+#ifdef SGROW
+  g_simple = A(R_INNER) == 1;
+  g_ist = A(R_INNER + 9);
+  g_ost = A(R_INNER + 17);
+  const int g0 = int(group_linear()) * pc.p.x;
+  const int g1 = min(rows, g0 + pc.p.x);
+  for (int row = g0 + int(gl_SubgroupID); row < g1; row += int(gl_NumSubgroups)) subgroup_row(row, n);
+#else
   const bool group = RMODE == 0u;
   const uint lid = gl_LocalInvocationID.x;
   int row, first, step;
@@ -351,7 +362,8 @@ void main() {
   g_ist = A(R_INNER + 9);
   g_ost = A(R_INNER + 17);
 
-  if (OP <= 1) {
+#if NFAM == 0
+  {
     CT m = CT(-uintBitsToFloat(0x7f800000u));
     for (int i = first; i < n; i += step) {
       inner_offsets(i, ii, io);
@@ -370,8 +382,8 @@ void main() {
       CT v = LD(IN_DT, x.v[base + ii]) - m;
       o.v[obase + io] = SV(IN_DT, OP == 0 ? EXP(v) / s : v - ls);
     }
-    return;
   }
+#else
 
   // layer_norm / var_mean: two-pass mean and variance, each sum compensated
   // (one invocation may sum a whole long row, see row_header).
@@ -390,14 +402,13 @@ void main() {
     kahan_add(q, cq, d * d);
   }
   q = group_sum(q, group);
-  if (OP == 3) {
-    if (!group || lid == 0u) {
-      // PyTorch's divisor: max(0, N - correction) (an empty row gives 0/0, NaN).
-      o.v[obase] = SV(IN_DT, q / max(CT(0), CT(n) - param_ct(4)));
-      o2.v[A(RPARAMS + 1) + ob] = SV(IN_DT, mean);
-    }
-    return;
+#if NFAM == 2
+  if (!group || lid == 0u) {
+    // PyTorch's divisor: max(0, N - correction) (an empty row gives 0/0, NaN).
+    o.v[obase] = SV(IN_DT, q / max(CT(0), CT(n) - param_ct(4)));
+    o2.v[A(RPARAMS + 1) + ob] = SV(IN_DT, mean);
   }
+#else
   const CT rstd = CT(1) / sqrt(q / CT(n) + param_ct(4));
   const int flags = A(RPARAMS);
   for (int i = first; i < n; i += step) {
@@ -407,4 +418,7 @@ void main() {
     if ((flags & 2) != 0) y += LD(IN_DT, bs.v[A(RPARAMS + 3) + i]);
     o.v[obase + io] = SV(IN_DT, y);
   }
+#endif  // NFAM == 2
+#endif  // NFAM == 0
+#endif  // SGROW
 }

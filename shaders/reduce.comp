@@ -6,8 +6,18 @@
 // g % P of row g / P into scratch[g]; P and the chunk length at RPARAMS),
 // 3 = final pass (a workgroup per row reduces its P partials); 4 a subgroup
 // per row (SG variants), 5/6/7 columns (rows.glsl).
+// One module per kind of mode (lavapipe's compile time grows with all the
+// code in a module, dead specialization branches included): -DRCOLS the
+// columns (5 to 7) only, -DSGROW (with -DSG) the subgroup rows (4) only, else
+// modes 0 to 3.
 #include "common.glsl"
 #include "rows.glsl"
+#if defined(SGROW) && !defined(SG)
+#error "SGROW needs SG"
+#endif
+#if defined(SGROW) && defined(RCOLS)
+#error "SGROW and RCOLS are separate modules"
+#endif
 
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const int OP = 0;
@@ -106,6 +116,7 @@ void store(int ob, CT acc, int n) {
   o.v[OUT_OFF + ob] = SV(IN_DT, acc);
 }
 
+#ifdef RCOLS
 // CV (specialization constant 3, modes 5 to 7): 4-column groups per
 // invocation, side by side (4 CV neighbouring columns; a workgroup spans
 // 4 WG CV of them, so on a CPU device with CV = 4 it takes whole rows of up
@@ -174,17 +185,15 @@ void columns_main(int n) {
     }
   }
 }
+#endif  // RCOLS
 
 void main() {
   const int rows = int(pc.n);
   const int n = INNER_N;
-  const uint lid = gl_LocalInvocationID.x;
-  if (RMODE >= RM_COLUMNS) {
-    columns_main(n);
-    return;
-  }
-#ifdef SG
-  if (RMODE == RM_SUBGROUP) {
+#if defined(RCOLS)
+  columns_main(n);
+#elif defined(SGROW)
+  {
     // pc.p.x rows per workgroup, each taken by one subgroup at a time: no
     // shared memory, no barrier. RVEC: the row is contiguous and starts on
     // a multiple of 4 (4-vector loads).
@@ -208,9 +217,9 @@ void main() {
       for (uint m = gl_SubgroupSize / 2u; m > 0u; m >>= 1) acc = combine(acc, subgroupShuffleXor(acc, m));
       if (sl == 0) store(ob, acc, n);
     }
-    return;
   }
-#endif
+#else
+  const uint lid = gl_LocalInvocationID.x;
   if (RMODE == 1u) {
     const int row = int(group_linear()) * WG + int(lid);
     if (row >= rows) return;
@@ -252,4 +261,5 @@ void main() {
 #endif
   if (RMODE == 2u) part.v[g] = sh[0];
   else store(ob, sh[0], n);
+#endif  // RCOLS / SGROW
 }

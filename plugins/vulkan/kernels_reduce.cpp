@@ -18,6 +18,11 @@ std::string rows_shader(const Call& c, const char* family, bp_dtype d) {
                   (d == BP_DTYPE_F32 || d == BP_DTYPE_F16 || d == BP_DTYPE_BF16);
   return shader(family, d) + (sg ? "_sg" : "");
 }
+// The module of a row plan's mode: the subgroup-per-row mode (4) is a module
+// of its own (_row), as are the columns (reduce's _cols) and each norm op
+// family: lavapipe compiles all the code in a module, dead specialization
+// branches included.
+std::string mode_suffix(const RowPlan& p) { return p.mode == 4 ? "_row" : ""; }
 
 bool cpu_device(const Call& c) { return c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
 
@@ -128,7 +133,7 @@ void reduce_impl(Call& c) {
       none.write = false;
       none.handle = 0;
       spec[1] = 5;
-      const Pipeline& pl = c.dev.pipelines.get(shader("reduce", d), spec, 3);
+      const Pipeline& pl = c.dev.pipelines.get(shader("reduce", d) + "_cols", spec, 3);
       const Binding bs[] = {x.binding, o.binding, none};
       c.dev.exec.dispatch(pl, bs, a.w, static_cast<uint32_t>(cols), 5, static_cast<uint64_t>(gpc), c.op(),
                           {0, static_cast<int32_t>(gpc), 0, 0});
@@ -139,7 +144,7 @@ void reduce_impl(Call& c) {
     a.i32(0);
     a.i32(0);
     spec[1] = 6;
-    const Pipeline& pl = c.dev.pipelines.get(shader("reduce", d), spec, 3);
+    const Pipeline& pl = c.dev.pipelines.get(shader("reduce", d) + "_cols", spec, 3);
     const Binding b1[] = {x.binding, o.binding, s};
     c.dev.exec.dispatch(pl, b1, a.w, static_cast<uint32_t>(cols), 6, static_cast<uint64_t>(gpc * P), c.op(),
                         {0, static_cast<int32_t>(gpc), static_cast<int32_t>(R), static_cast<int32_t>(P)});
@@ -147,7 +152,7 @@ void reduce_impl(Call& c) {
     s2.write = false;
     const Binding b2[] = {x.binding, o.binding, s2};
     spec = {c.row.code, 7, 0, cv};
-    const Pipeline& pl7 = c.dev.pipelines.get(shader("reduce", d), spec, 3);
+    const Pipeline& pl7 = c.dev.pipelines.get(shader("reduce", d) + "_cols", spec, 3);
     c.dev.exec.dispatch(pl7, b2, a.w, static_cast<uint32_t>(cols), 7, static_cast<uint64_t>(gpc), c.op(),
                         {0, static_cast<int32_t>(gpc), static_cast<int32_t>(R), static_cast<int32_t>(P)});
     return;
@@ -177,7 +182,7 @@ void reduce_impl(Call& c) {
   none.write = false;
   none.handle = 0;
   if (use_subgroup_rows(c, d, p)) plan_subgroup_rows(c, p, x.offset);
-  dispatch_rows(c, rows_shader(c, "reduce", d), {c.row.code}, {x.binding, o.binding, none}, a, p);
+  dispatch_rows(c, rows_shader(c, "reduce", d) + mode_suffix(p), {c.row.code}, {x.binding, o.binding, none}, a, p);
 }
 
 void argreduce_impl(Call& c) {
@@ -307,7 +312,9 @@ void norm_impl(Call& c) {
       if (!ok) p.vec = 0;
     }
   }
-  dispatch_rows(c, rows_shader(c, "norm", d), {op}, {x.binding, o.binding, o2.binding, w.binding, b.binding}, a, p);
+  static const char* const fams[] = {"_sm", "_sm", "_ln", "_vm"};
+  dispatch_rows(c, rows_shader(c, "norm", d) + fams[op] + mode_suffix(p), {op},
+                {x.binding, o.binding, o2.binding, w.binding, b.binding}, a, p);
 }
 
 }  // namespace
