@@ -393,6 +393,15 @@ void Exec::record(Stream& s, std::unique_lock<std::mutex>& lock) {
     if (stamps && (i + 1 == s.pending.size() || s.dispatch_calls[i + 1] != call))
       vkCmdWriteTimestamp(s.cmd, kTimestampStage, s.queries, static_cast<uint32_t>(call + 1));
   }
+  // The run's writes made visible to the host, which reads mapped and
+  // imported memory once the fence signals (the fence alone makes them
+  // available, not visible, on a device whose caches are not the host's).
+  VkMemoryBarrier hb{};
+  hb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  hb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  hb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  vkCmdPipelineBarrier(s.cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, nullptr,
+                       0, nullptr);
   vk_check(vkEndCommandBuffer(s.cmd), "vkEndCommandBuffer");
 }
 
