@@ -55,27 +55,33 @@ void main() {
   const int n = INNER_N;
   const bool last = A(RPARAMS) != 0;
   const uint lid = gl_LocalInvocationID.x;
-  CT bv;
-  int bi;
-  if (RMODE == 1u) {
-    const int row = int(group_linear()) * WG + int(lid);
-    if (row >= rows) return;
-    int ib, ob;
-    row_offsets(R_OUTER, row, ib, ob);
-    scan_row(IN_OFF + ib, 0, 1, n, last, bv, bi);
-    o.v[OUT_OFF + ob] = ivec2(bi, 0);
-    return;
-  }
-  const int P = A(RPARAMS + 1), chunk = A(RPARAMS + 2);
+  // Every mode's row scan at one call site (lavapipe compiles each inlined
+  // copy, dead modes included).
+  int row, base, first, step, end, ob;
   const int g = int(group_linear());
-  const int row = RMODE == 2u ? g / P : g;
-  if (row >= rows) return;
-  int ib, ob;
+  const int P = A(RPARAMS + 1), chunk = A(RPARAMS + 2);
+  if (RMODE == 1u) {
+    row = g * WG + int(lid);
+    first = 0;
+    step = 1;
+  } else {
+    row = RMODE == 2u ? g / P : g;
+    first = int(lid);
+    step = WG;
+  }
+  if (row >= rows) return;  // uniform per workgroup but in mode 1
+  int ib;
   row_offsets(R_OUTER, row, ib, ob);
+  base = IN_OFF + ib;
+  end = n;
   if (RMODE == 2u) {
     const int c0 = (g % P) * chunk;
-    scan_row(IN_OFF + ib, c0 + int(lid), WG, min(n, c0 + chunk), last, bv, bi);
-  } else if (RMODE == 3u) {
+    first += c0;
+    end = min(n, c0 + chunk);
+  }
+  CT bv;
+  int bi;
+  if (RMODE == 3u) {
     bv = CT(0);
     bi = -1;
     for (int t = int(lid); t < P; t += WG) {
@@ -87,7 +93,11 @@ void main() {
       }
     }
   } else {
-    scan_row(IN_OFF + ib, int(lid), WG, n, last, bv, bi);
+    scan_row(base, first, step, end, last, bv, bi);
+  }
+  if (RMODE == 1u) {
+    o.v[OUT_OFF + ob] = ivec2(bi, 0);
+    return;
   }
   shv[lid] = bv;
   shi[lid] = bi;

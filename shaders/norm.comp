@@ -101,14 +101,7 @@ void inner_offsets(int i, out int ii, out int io) {
   }
 }
 
-#ifdef SGROW
-// RM_SUBGROUP: one subgroup per row, pc.p.x rows per workgroup; no shared
-// memory and no barrier. RVEC: the row is contiguous in x and o, starts on a
-// multiple of 4 in both and has a multiple of 4 elements (so do weight and
-// bias): 4-vector loads and stores. The row is read once from memory: on a
-// CPU device a subgroup runs the whole row before the next, so the later
-// passes find it in cache.
-C4 nanmax4(C4 a, C4 b) { return mix(max(a, b), a + b, bvec4(uvec4(isnan(a)) | uvec4(isnan(b)))); }
+#if NFAM == 0
 // e^x for x <= 0 (x - max in softmax), -inf or NaN: exp_f's reduction and
 // polynomial, scaled by two powers of two built from their bits (normal
 // numbers for n in [-150, 0]) instead of two ldexp calls.
@@ -128,7 +121,26 @@ CT EXPN(CT x) {
   return isnan(x) ? x : x < -103.972084045410 ? 0.0 : y;
 }
 #endif
+// softmax in f32/f64 stores exp(x - m) in the pass that sums it and divides
+// it in place in the next (one exp per element, not two; one call site of
+// EXPN fewer to compile).
+#if IN_DT == 1 || IN_DT == 4
+#define KEEP_EXP 1
+#else
+#define KEEP_EXP 0
+#endif
+#endif
+
+#ifdef SGROW
+// RM_SUBGROUP: one subgroup per row, pc.p.x rows per workgroup; no shared
+// memory and no barrier. RVEC: the row is contiguous in x and o, starts on a
+// multiple of 4 in both and has a multiple of 4 elements (so do weight and
+// bias): 4-vector loads and stores. The row is read once from memory: on a
+// CPU device a subgroup runs the whole row before the next, so the later
+// passes find it in cache.
+#if NFAM == 0
 C4 EXPN4(C4 v) { return C4(EXPN(v.x), EXPN(v.y), EXPN(v.z), EXPN(v.w)); }
+#endif
 void kahan_add4(inout C4 acc, inout C4 c, C4 v) {
   precise C4 y = v - c;
   precise C4 t = acc + y;
@@ -207,49 +219,30 @@ void subgroup_row(int row, int n) {
     return;
   }
   {
-    C4 m4 = C4(-uintBitsToFloat(0x7f800000u));
-    for (int j = sl; j < n4; j += ss) m4 = nanmax4(m4, LD4(IN_DT, x4.v[b4 + j]));
-    CT m = nanmax(nanmax(m4.x, m4.y), nanmax(m4.z, m4.w));
-    for (int i = 4 * n4 + sl; i < n; i += ss) {
+    // Rows that are not 4-vectors (no 4-vector loads here: n4 is 0).
+    CT m = CT(-uintBitsToFloat(0x7f800000u));
+    for (int i = sl; i < n; i += ss) {
       inner_offsets(i, ii, io);
       m = nanmax(m, LD(IN_DT, x.v[base + ii]));
     }
     m = sg_max(m);
-    // Rows that are not 4-vectors. softmax in f32/f64: exp(x - m) is stored
-    // by this pass and divided by the sum in place by the next (one exp per
-    // element, not two).
-#if IN_DT == 1 || IN_DT == 4
-    const bool keep = OP == 0;
-#else
-    const bool keep = false;
-#endif
-    C4 s4 = C4(0);
-    for (int j = sl; j < n4; j += ss) {
-      const C4 e = EXPN4(LD4(IN_DT, x4.v[b4 + j]) - m);
-      if (keep) o4.v[o4b + j] = SV4(IN_DT, e);
-      s4 += e;
-    }
-    CT s = (s4.x + s4.y) + (s4.z + s4.w);
-    for (int i = 4 * n4 + sl; i < n; i += ss) {
+    CT s = CT(0);
+    for (int i = sl; i < n; i += ss) {
       inner_offsets(i, ii, io);
       const CT e = EXPN(LD(IN_DT, x.v[base + ii]) - m);
-      if (keep) o.v[obase + io] = SV(IN_DT, e);
+      if (KEEP_EXP == 1 && OP == 0) o.v[obase + io] = SV(IN_DT, e);
       s += e;
     }
     s = sg_sum(s);
     const CT ls = LOG(s);
-    for (int j = sl; j < n4; j += ss) {
-      C4 y;
-      if (keep) y = LD4(IN_DT, o4.v[o4b + j]) / s;
-      else if (OP == 0) y = EXPN4(LD4(IN_DT, x4.v[b4 + j]) - m) / s;
-      else y = LD4(IN_DT, x4.v[b4 + j]) - m - ls;
-      o4.v[o4b + j] = SV4(IN_DT, y);
-    }
-    for (int i = 4 * n4 + sl; i < n; i += ss) {
+    for (int i = sl; i < n; i += ss) {
       inner_offsets(i, ii, io);
       CT y;
-      if (keep) y = LD(IN_DT, o.v[obase + io]) / s;
-      else if (OP == 0) y = EXPN(LD(IN_DT, x.v[base + ii]) - m) / s;
+#if KEEP_EXP
+      if (OP == 0) y = LD(IN_DT, o.v[obase + io]) / s;
+#else
+      if (OP == 0) y = EXPN(LD(IN_DT, x.v[base + ii]) - m) / s;
+#endif
       else y = LD(IN_DT, x.v[base + ii]) - m - ls;
       o.v[obase + io] = SV(IN_DT, y);
     }
@@ -298,31 +291,23 @@ void subgroup_row(int row, int n) {
     norm_finish(ob, base, obase, n, mean, w2);
     return;
   }
-  // layer_norm / var_mean: mean, then the sum of squared deviations, each
-  // compensated.
-  C4 s4 = C4(0), c4 = C4(0);
-  for (int j = sl; j < n4; j += ss) kahan_add4(s4, c4, LD4(IN_DT, x4.v[b4 + j]));
+  // layer_norm / var_mean, rows that are not 4-vectors (n4 is 0): mean,
+  // then the sum of squared deviations, each compensated.
   CT s = CT(0);
   precise CT cs = CT(0);
-  for (int i = 4 * n4 + sl; i < n; i += ss) {
+  for (int i = sl; i < n; i += ss) {
     inner_offsets(i, ii, io);
     kahan_add(s, cs, LD(IN_DT, x.v[base + ii]));
   }
-  const CT mean = sg_sum(s + ((s4.x + s4.y) + (s4.z + s4.w))) / CT(n);
-  C4 q4 = C4(0);
-  c4 = C4(0);
-  for (int j = sl; j < n4; j += ss) {
-    const C4 dv = LD4(IN_DT, x4.v[b4 + j]) - mean;
-    kahan_add4(q4, c4, dv * dv);
-  }
+  const CT mean = sg_sum(s) / CT(n);
   CT q = CT(0);
   precise CT cq = CT(0);
-  for (int i = 4 * n4 + sl; i < n; i += ss) {
+  for (int i = sl; i < n; i += ss) {
     inner_offsets(i, ii, io);
     const CT dv = LD(IN_DT, x.v[base + ii]) - mean;
     kahan_add(q, cq, dv * dv);
   }
-  q = sg_sum(q + ((q4.x + q4.y) + (q4.z + q4.w)));
+  q = sg_sum(q);
   norm_finish(ob, base, obase, n, mean, q);
 #endif
 }
@@ -373,14 +358,22 @@ void main() {
     CT s = CT(0);
     for (int i = first; i < n; i += step) {
       inner_offsets(i, ii, io);
-      s += EXP(LD(IN_DT, x.v[base + ii]) - m);
+      const CT e = EXPN(LD(IN_DT, x.v[base + ii]) - m);
+      if (KEEP_EXP == 1 && OP == 0) o.v[obase + io] = SV(IN_DT, e);
+      s += e;
     }
     s = group_sum(s, group);
     const CT ls = LOG(s);
     for (int i = first; i < n; i += step) {
       inner_offsets(i, ii, io);
-      CT v = LD(IN_DT, x.v[base + ii]) - m;
-      o.v[obase + io] = SV(IN_DT, OP == 0 ? EXP(v) / s : v - ls);
+      CT y;
+#if KEEP_EXP
+      if (OP == 0) y = LD(IN_DT, o.v[obase + io]) / s;
+#else
+      if (OP == 0) y = EXPN(LD(IN_DT, x.v[base + ii]) - m) / s;
+#endif
+      else y = LD(IN_DT, x.v[base + ii]) - m - ls;
+      o.v[obase + io] = SV(IN_DT, y);
     }
   }
 #else

@@ -219,29 +219,39 @@ void main() {
     }
   }
 #else
+  // Every mode's accumulate() at one call site (lavapipe compiles each
+  // inlined copy, dead modes included).
   const uint lid = gl_LocalInvocationID.x;
-  if (RMODE == 1u) {
-    const int row = int(group_linear()) * WG + int(lid);
-    if (row >= rows) return;
-    int ib, ob;
-    row_offsets(R_OUTER, row, ib, ob);
-    store(ob, accumulate(IN_OFF + ib, 0, 1, n, false), n);
-    return;
-  }
-  const int P = A(RPARAMS), chunk = A(RPARAMS + 1);
   const int g = int(group_linear());
-  const int row = RMODE == 2u ? g / P : g;
-  if (row >= rows) return;
+  const int P = A(RPARAMS), chunk = A(RPARAMS + 1);
+  int row, first, step;
+  if (RMODE == 1u) {
+    row = g * WG + int(lid);
+    first = 0;
+    step = 1;
+  } else {
+    row = RMODE == 2u ? g / P : g;
+    first = int(lid);
+    step = WG;
+  }
+  if (row >= rows) return;  // uniform per workgroup but in mode 1
   int ib, ob;
   row_offsets(R_OUTER, row, ib, ob);
+  int base = IN_OFF + ib, end = n;
   if (RMODE == 2u) {
     const int c0 = (g % P) * chunk;
-    sh[lid] = accumulate(IN_OFF + ib, c0 + int(lid), WG, min(n, c0 + chunk), false);
+    first += c0;
+    end = min(n, c0 + chunk);
   } else if (RMODE == 3u) {
-    sh[lid] = accumulate(row * P, int(lid), WG, P, true);
-  } else {
-    sh[lid] = accumulate(IN_OFF + ib, int(lid), WG, n, false);
+    base = row * P;
+    end = P;
   }
+  const CT acc = accumulate(base, first, step, end, RMODE == 3u);
+  if (RMODE == 1u) {
+    store(ob, acc, n);
+    return;
+  }
+  sh[lid] = acc;
 #ifdef SG
   CT v = sh[lid];
   for (uint m = gl_SubgroupSize / 2u; m > 0u; m >>= 1) v = combine(v, subgroupShuffleXor(v, m));
