@@ -3,7 +3,8 @@
 // Row-wise normalisations. OP: 0 softmax 1 log_softmax 2 layer_norm 3 var_mean.
 // NFAM (-D, one module per family): 0 softmax/log_softmax (OP 0/1), 1
 // layer_norm, 2 var_mean; -DSGROW (with -DSG): the module holds only the
-// subgroup-per-row mode (RM_SUBGROUP), else only modes 0/1. lavapipe's
+// subgroup-per-row mode (RM_SUBGROUP), rows of 4-vectors with SGROW=2 (RVEC
+// 1) and others with SGROW=1 (RVEC 0), else only modes 0/1. lavapipe's
 // compile time grows with all the code in a module, dead specialization
 // branches included (one module for all four ops and modes took 27-34 ms a
 // pipeline).
@@ -161,7 +162,6 @@ CT sg_max(CT v) {
 // sum of squared deviations q.
 void norm_finish(int ob, int base, int obase, int n, CT mean, CT q) {
   const int sl = int(gl_SubgroupInvocationID), ss = int(gl_SubgroupSize);
-  const int n4 = RVEC == 1u ? n >> 2 : 0, b4 = base >> 2, o4b = obase >> 2;
   int ii, io;
 #if NFAM == 2
   if (sl == 0) {
@@ -171,31 +171,38 @@ void norm_finish(int ob, int base, int obase, int n, CT mean, CT q) {
 #else
   const CT rstd = CT(1) / sqrt(q / CT(n) + param_ct(4));
   const int flags = A(RPARAMS), wo = A(RPARAMS + 2), bo = A(RPARAMS + 3);
+#if SGROW == 2
+  // 4-vector rows (the host checks that they have whole 4-vectors).
+  const int n4 = n >> 2, b4 = base >> 2, o4b = obase >> 2;
   for (int j = sl; j < n4; j += ss) {
     C4 y = (LD4(IN_DT, x4.v[b4 + j]) - mean) * rstd;
     if ((flags & 1) != 0) y *= LD4(IN_DT, wt4.v[(wo >> 2) + j]);
     if ((flags & 2) != 0) y += LD4(IN_DT, bs4.v[(bo >> 2) + j]);
     o4.v[o4b + j] = SV4(IN_DT, y);
   }
-  for (int i = 4 * n4 + sl; i < n; i += ss) {
+#else
+  for (int i = sl; i < n; i += ss) {
     inner_offsets(i, ii, io);
     CT y = (LD(IN_DT, x.v[base + ii]) - mean) * rstd;
     if ((flags & 1) != 0) y *= LD(IN_DT, wt.v[wo + i]);
     if ((flags & 2) != 0) y += LD(IN_DT, bs.v[bo + i]);
     o.v[obase + io] = SV(IN_DT, y);
   }
-#endif
+#endif  // SGROW == 2
+#endif  // NFAM == 2
 }
 void subgroup_row(int row, int n) {
   int ib, ob;
   row_offsets(R_OUTER, row, ib, ob);
   const int base = IN_OFF + ib, obase = OUT_OFF + ob;
   const int sl = int(gl_SubgroupInvocationID), ss = int(gl_SubgroupSize);
-  const bool vec = RVEC == 1u;
-  const int n4 = vec ? n >> 2 : 0, b4 = base >> 2, o4b = obase >> 2;
+#if SGROW == 2
+  const int n4 = n >> 2, b4 = base >> 2, o4b = obase >> 2;
+#endif
   int ii, io;
 #if NFAM == 0
-  if (vec) {
+#if SGROW == 2
+  {
     // Online: one read for the running max m and the sum s of exp(x - m)
     // (rescaled when m grows), merged across the subgroup, then one read to
     // write (2 reads, 1 write; softmax_dim-1 on lavapipe 86-95 ms with three
@@ -216,8 +223,8 @@ void subgroup_row(int row, int n) {
       const C4 v = LD4(IN_DT, x4.v[b4 + j]) - M;
       o4.v[o4b + j] = SV4(IN_DT, OP == 0 ? EXPN4(v) * rs : v - ls);
     }
-    return;
   }
+#else
   {
     // Rows that are not 4-vectors (no 4-vector loads here: n4 is 0).
     CT m = CT(-uintBitsToFloat(0x7f800000u));
@@ -247,8 +254,10 @@ void subgroup_row(int row, int n) {
       o.v[obase + io] = SV(IN_DT, y);
     }
   }
+#endif  // SGROW == 2
 #else
-  if (vec) {
+#if SGROW == 2
+  {
     // layer_norm / var_mean over 4-vectors, in one read: the mean from a
     // compensated sum (exact propagation of inf and NaN), the sum of
     // squared deviations by Chan et al.'s merge of (count, mean, M2): per
@@ -289,8 +298,8 @@ void subgroup_row(int row, int n) {
       wn = nn;
     }
     norm_finish(ob, base, obase, n, mean, w2);
-    return;
   }
+#else
   // layer_norm / var_mean, rows that are not 4-vectors (n4 is 0): mean,
   // then the sum of squared deviations, each compensated.
   CT s = CT(0);
@@ -309,7 +318,8 @@ void subgroup_row(int row, int n) {
   }
   q = sg_sum(q);
   norm_finish(ob, base, obase, n, mean, q);
-#endif
+#endif  // SGROW == 2
+#endif  // NFAM == 0
 }
 
 #endif
