@@ -8,7 +8,8 @@
 // per row (SG variants), 5/6/7 columns (rows.glsl).
 // One module per kind of mode (lavapipe's compile time grows with all the
 // code in a module, dead specialization branches included): -DRCOLS the
-// columns (5 to 7) only, -DSGROW (with -DSG) the subgroup rows (4) only, else
+// columns (5 to 7) only, -DSGROW (with -DSG) the subgroup rows (4) only (=2
+// rows of 4-vectors, =1 others), else
 // modes 0 to 3.
 #include "common.glsl"
 #include "rows.glsl"
@@ -195,8 +196,8 @@ void main() {
 #elif defined(SGROW)
   {
     // pc.p.x rows per workgroup, each taken by one subgroup at a time: no
-    // shared memory, no barrier. RVEC: the row is contiguous and starts on
-    // a multiple of 4 (4-vector loads).
+    // shared memory, no barrier. SGROW 2 (RVEC 1, a module of its own): the
+    // row is contiguous and starts on a multiple of 4 (4-vector loads).
     const int sl = int(gl_SubgroupInvocationID), ss = int(gl_SubgroupSize);
     const int g0 = int(group_linear()) * pc.p.x;
     const int g1 = min(rows, g0 + pc.p.x);
@@ -205,15 +206,17 @@ void main() {
       row_offsets(R_OUTER, row, ib, ob);
       const int base = IN_OFF + ib;
       CT acc;
-      if (RVEC == 1u) {
+#if SGROW == 2
+      {
         C4 a4 = C4(identity()), c4 = C4(0);
         const int n4 = n >> 2, b4 = base >> 2;
         for (int j = sl; j < n4; j += ss) add4(a4, c4, LD4(IN_DT, x4.v[b4 + j]));
         acc = fold4(a4);
         for (int i = 4 * n4 + sl; i < n; i += ss) acc = combine(acc, LD(IN_DT, x.v[base + i]));
-      } else {
-        acc = accumulate(base, sl, ss, n, false);
       }
+#else
+      acc = accumulate(base, sl, ss, n, false);
+#endif
       for (uint m = gl_SubgroupSize / 2u; m > 0u; m >>= 1) acc = combine(acc, subgroupShuffleXor(acc, m));
       if (sl == 0) store(ob, acc, n);
     }

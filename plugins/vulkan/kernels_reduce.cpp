@@ -19,10 +19,10 @@ std::string rows_shader(const Call& c, const char* family, bp_dtype d) {
   return shader(family, d) + (sg ? "_sg" : "");
 }
 // The module of a row plan's mode: the subgroup-per-row mode (4) is a module
-// of its own (_row; norm's rows of 4-vectors, RVEC, _row4 in norm_impl), as
-// are the columns (reduce's _cols) and each norm op family: lavapipe compiles
-// all the code in a module, dead specialization branches included.
-std::string mode_suffix(const RowPlan& p) { return p.mode == 4 ? "_row" : ""; }
+// of its own (_row; its rows of 4-vectors, RVEC, _row4), as are the columns
+// (reduce's _cols) and each norm op family: lavapipe compiles all the code in
+// a module, dead specialization branches included.
+std::string mode_suffix(const RowPlan& p) { return p.mode != 4 ? "" : p.vec != 0 ? "_row4" : "_row"; }
 
 bool cpu_device(const Call& c) { return c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
 
@@ -313,8 +313,7 @@ void norm_impl(Call& c) {
     }
   }
   static const char* const fams[] = {"_sm", "_sm", "_ln", "_vm"};
-  const std::string rows = p.mode == 4 && p.vec != 0 ? "_row4" : mode_suffix(p);
-  dispatch_rows(c, rows_shader(c, "norm", d) + fams[op] + rows, {op},
+  dispatch_rows(c, rows_shader(c, "norm", d) + fams[op] + mode_suffix(p), {op},
                 {x.binding, o.binding, o2.binding, w.binding, b.binding}, a, p);
 }
 
