@@ -121,6 +121,10 @@ void reduce_impl(Call& c) {
     int64_t P = cpu ? std::min<int64_t>(256, ceil_div(rows, 32))
                     : std::clamp<int64_t>(ceil_div(512, gpc), 1, std::max<int64_t>(1, rows / 64));
     P = std::max<int64_t>(1, std::min<int64_t>(P, (int64_t{1} << 24) / cols));  // partials: at most 16M
+    // A small reduction on a CPU device (16K elements, a few microseconds on
+    // one core) in one pass: a second pass costs a dispatch, and its pipeline
+    // (a plan's first run compiles it) more than the split saves.
+    if (cpu && rows * cols <= (int64_t{1} << 14)) P = 1;
     const int64_t R = ceil_div(rows, P);
     P = ceil_div(rows, R);
     bool vec = cols % 4 == 0 && x.offset % 4 == 0;
