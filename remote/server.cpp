@@ -442,10 +442,17 @@ Response Service::batch(State& st, const Batch& b) {
     std::string error;
     bp_status_code code = BP_OK;
     int64_t failed_call = -1;
+    // A timed batch: each device that can times its calls (ABI 1.3).
+    auto timed = [&](const ServedDevice& d) {
+      const auto* api = d.plugin->api();
+      return b.timed() && has_field(api, &bp_plugin_api::call_device_times) && api->begin_timed &&
+             api->call_device_times;
+    };
     for (auto dev : used) {
       auto& d = *devices_[dev];
-      if (d.plugin->api()->begin)
-        if (bp_error* e = d.plugin->api()->begin(d.handle)) {
+      auto* start = timed(d) ? d.plugin->api()->begin_timed : d.plugin->api()->begin;
+      if (start)
+        if (bp_error* e = start(d.handle)) {
           code = d.plugin->api()->error_code(e);
           error = "begin on " + d.device->name() + ": " + take(*d.plugin, e);
           break;
@@ -512,6 +519,21 @@ Response Service::batch(State& st, const Batch& b) {
     }
     if (progress_) progress_->store(-1);
     if (!error.empty()) return failure(code == BP_OK ? BP_ERR_INTERNAL : code, error, failed_call);
+    if (b.timed()) {
+      reply->mutable_call_ns()->Resize(static_cast<int>(calls->size()), UINT64_MAX);
+      std::vector<uint64_t> ns;
+      for (auto dev : begun) {
+        auto& d = *devices_[dev];
+        const auto& ord = ordinal[dev];
+        if (!timed(d) || ord.empty()) continue;
+        ns.assign(ord.size(), UINT64_MAX);
+        if (bp_error* e = d.plugin->api()->call_device_times(d.handle, ns.data(), ns.size())) {
+          take(*d.plugin, e);  // times unknown: the calls ran; leave UINT64_MAX
+          continue;
+        }
+        for (size_t j = 0; j < ord.size(); ++j) reply->set_call_ns(static_cast<int>(ord[j]), ns[j]);
+      }
+    }
   }
   // Reads.
   size_t total = 0;

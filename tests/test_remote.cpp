@@ -549,4 +549,44 @@ TEST_CASE("isolation: a garbage error pointer and a crashing library constructor
   check_never_starts(*rt, "fx_ctorcrash");
   check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
 }
+TEST_CASE("isolation: a profiled plan on an isolated vulkan0 shows each kernel's device time", "[remote][isolation][profile]") {
+  // Where the local vulkan0 times its calls (ABI 1.3), the isolated one must
+  // too: the server times the batch and returns the times with its reply.
+  auto local = runtime();
+  Device* lv = nullptr;
+  for (Device* d : local->all_devices())
+    if (d->name() == "vulkan0") lv = d;
+  if (!lv) {
+    WARN("no vulkan0 here");
+    return;
+  }
+  Graph g;
+  g.input("a", BP_DTYPE_F32, {128, 128});
+  g.node("m", "matmul", {"a", "a"});
+  g.node("y", "add", {"m", "a"});
+  g.output("y");
+  HostTensor a(BP_DTYPE_F32, {128, 128});
+  for (int64_t i = 0; i < a.numel(); ++i) a.set(i, static_cast<double>(i % 7) - 3.0);
+  CompileOptions co;
+  co.profile = true;
+  auto kernel_rows_timed = [&](Runtime& rt) {
+    Plan p = rt.compile(g, rt.device("vulkan0"), co);
+    p.run({{"a", a}});
+    int timed = 0, kernels = 0;
+    for (const auto& r : p.profile())
+      if (!r.node.empty() && !r.transfer) {
+        ++kernels;
+        timed += r.device_seconds >= 0;
+      }
+    CHECK(kernels >= 2);
+    return timed == kernels;
+  };
+  const bool local_timed = kernel_rows_timed(*local);
+  RuntimeOptions o;
+  o.use_default_path = true;
+  o.isolate = {"vulkan"};
+  auto iso = Runtime::create(o);
+  CHECK_THAT(iso->device("vulkan0").description(), Catch::StartsWith("isolated:"));
+  CHECK(kernel_rows_timed(*iso) == local_timed);
+}
 #endif  // BACKPLANE_HAVE_REMOTE

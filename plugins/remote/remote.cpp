@@ -198,6 +198,10 @@ struct RemoteDevice {
   // Calls since begin(), per calling thread: plans on one device may run on
   // several threads at once, each between its own begin() and synchronize().
   std::map<std::thread::id, std::vector<Call>> pending;
+  // ABI 1.3, per calling thread: runs begun with begin_timed, and the
+  // device times of the last timed run's calls (from the server's reply).
+  std::map<std::thread::id, bool> timed;
+  std::map<std::thread::id, std::vector<uint64_t>> call_ns;
 };
 
 // Buffer handles: the session's generation in the top 16 bits, the server's
@@ -1000,7 +1004,34 @@ bp_error* buffer_read(bp_device* device, uint64_t handle, uint64_t offset, void*
 bp_error* begin(bp_device* device) {
   auto* d = dev_of(device);
   std::lock_guard<std::mutex> lk(d->server->mu);
-  d->pending[std::this_thread::get_id()].clear();
+  const auto me = std::this_thread::get_id();
+  d->pending[me].clear();
+  d->timed.erase(me);
+  d->call_ns.erase(me);
+  return nullptr;
+}
+
+// ABI 1.3: the server times the run's calls on its device and returns the
+// times with the batch's reply.
+bp_error* begin_timed(bp_device* device) {
+  if (bp_error* e = begin(device)) return e;
+  auto* d = dev_of(device);
+  std::lock_guard<std::mutex> lk(d->server->mu);
+  d->timed[std::this_thread::get_id()] = true;
+  return nullptr;
+}
+
+bp_error* call_device_times(bp_device* device, uint64_t* out_ns, size_t n_calls) {
+  auto* d = dev_of(device);
+  std::lock_guard<std::mutex> lk(d->server->mu);
+  auto it = d->call_ns.find(std::this_thread::get_id());
+  if (it == d->call_ns.end())
+    return make_error(BP_ERR_INVALID_ARGUMENT, "remote: call_device_times: no timed run was synchronized on this thread");
+  if (it->second.size() != n_calls)
+    return make_error(BP_ERR_INVALID_ARGUMENT, "remote: call_device_times: the run made " +
+                                                   std::to_string(it->second.size()) + " calls, not " +
+                                                   std::to_string(n_calls));
+  std::copy(it->second.begin(), it->second.end(), out_ns);
   return nullptr;
 }
 
@@ -1029,10 +1060,14 @@ bp_error* synchronize(bp_device* device) {
   Server& s = *d->server;
   std::lock_guard<std::mutex> lk(s.mu);
   std::vector<Call> calls;
-  if (auto it = d->pending.find(std::this_thread::get_id()); it != d->pending.end()) {
+  const auto me = std::this_thread::get_id();
+  if (auto it = d->pending.find(me); it != d->pending.end()) {
     calls.swap(it->second);
     d->pending.erase(it);
   }
+  const size_t n_calls = calls.size();
+  const bool timed = d->timed.erase(me) > 0;
+  d->call_ns.erase(me);
   const bool was_broken = s.broken;
   try {
     Batch b;
@@ -1056,9 +1091,16 @@ bp_error* synchronize(bp_device* device) {
         b.mutable_calls()->Swap(body.mutable_calls());
       }
     }
+    if (timed) b.set_timed(true);
     Response r = flush(s, &b);
     if (r.has_failure())
       return call_error(static_cast<bp_status_code>(r.failure().code()), r.failure().message(), r.failure().call_index());
+    if (timed) {
+      const auto& got = r.batch().call_ns();
+      std::vector<uint64_t>& ns = d->call_ns[me];
+      ns.assign(n_calls, UINT64_MAX);
+      for (int i = 0; i < got.size() && static_cast<size_t>(i) < n_calls; ++i) ns[static_cast<size_t>(i)] = got[i];
+    }
     return nullptr;
   } catch (const sdk::Error& e) {
     // A child that died in the middle names the call it was running.
@@ -1106,6 +1148,8 @@ template <int N> void fill(bp_plugin_api& a) {
   a.buffer_read = buffer_read;
   a.begin = begin;
   a.synchronize = synchronize;
+  a.begin_timed = begin_timed;
+  a.call_device_times = call_device_times;
 }
 
 template <int... N> void fill_all(int slot, bp_plugin_api& a, std::integer_sequence<int, N...>) {
