@@ -6,28 +6,18 @@
 #include <backplane/backplane.hpp>
 #include <catch2/catch.hpp>
 
+#include "vulkan_test_support.hpp"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 using namespace backplane;
+using namespace backplane::vktest;
 
 namespace {
 
 constexpr uint64_t kRange = 128ull << 20;  // lavapipe's maxStorageBufferRange
-
-std::unique_ptr<Runtime> big_runtime() {
-  RuntimeOptions opts;
-  opts.use_environment = false;
-  opts.use_default_path = true;  // cpu, vulkan
-  return Runtime::create(opts);
-}
-
-Device* find_plugin(Runtime& rt, const std::string& plugin) {
-  for (auto* d : rt.all_devices())
-    if (d->plugin_name() == plugin) return d;
-  return nullptr;
-}
 
 // Uniform in [lo, hi), cheap enough for 50M elements.
 HostTensor fill_f32(Shape shape, uint64_t seed, float lo = -2.0f, float hi = 2.0f) {
@@ -42,63 +32,41 @@ HostTensor fill_f32(Shape shape, uint64_t seed, float lo = -2.0f, float hi = 2.0
   return t;
 }
 
-// `got` matches `want` within docs/ops.md's f32 bounds (rel, or abs 1e-6);
-// integers exactly. Counts mismatches instead of one CHECK per element.
-void check_close(const HostTensor& got, const HostTensor& want, double rel) {
+// `got` matches `want` within docs/ops.md's f32 bounds (rel, or abs 1e-6; a
+// NaN meets a NaN); integers exactly. One CHECK, not one per element.
+void check_matches(const HostTensor& got, const HostTensor& want, double rel) {
   REQUIRE(got.dtype == want.dtype);
   REQUIRE(got.shape == want.shape);
-  const int64_t n = got.numel();
-  int64_t bad = 0, first = -1;
+  const auto want_at = [&](int64_t i) { return want.get(i); };
   if (got.dtype == BP_DTYPE_F32) {
     const float* g = got.as<float>();
     const float* w = want.as<float>();
-    for (int64_t i = 0; i < n; ++i) {
-      const double x = g[i], y = w[i];
-      if (std::isnan(x) || std::isnan(y)) {
-        if (std::isnan(x) != std::isnan(y)) ++bad;
-      } else if (!(std::abs(x - y) <= 1e-6 || std::abs(x - y) <= rel * std::abs(y))) {
-        ++bad;
-      } else {
-        continue;
-      }
-      if (first < 0) first = i;
-    }
+    check_elements(
+        got, got.numel(),
+        [&](int64_t i) {
+          const double x = g[i], y = w[i];
+          if (std::isnan(x) || std::isnan(y)) return std::isnan(x) == std::isnan(y);
+          return std::abs(x - y) <= 1e-6 || std::abs(x - y) <= rel * std::abs(y);
+        },
+        want_at);
   } else {
     REQUIRE(got.nbytes() == want.nbytes());
-    if (std::memcmp(got.data(), want.data(), got.nbytes()) != 0)
-      for (int64_t i = 0; i < n; ++i)
-        if (got.get_int(i) != want.get_int(i)) {
-          if (first < 0) first = i;
-          ++bad;
-        }
+    const bool same = std::memcmp(got.data(), want.data(), got.nbytes()) == 0;
+    check_elements(
+        got, got.numel(), [&](int64_t i) { return same || got.get_int(i) == want.get_int(i); }, want_at);
   }
-  INFO("first mismatch at " << first << ": " << (first >= 0 ? got.get(first) : 0.0) << " vs "
-                            << (first >= 0 ? want.get(first) : 0.0));
-  CHECK(bad == 0);
 }
 
 // Runs `g` on vulkan0 and on the CPU and compares every output.
 void vulkan_matches_cpu(const Graph& g, const std::map<std::string, HostTensor>& in, double rel = 1e-4) {
-  auto rt = big_runtime();
-  Device* vk = find_plugin(*rt, "vulkan");
-  Device* cpu = find_plugin(*rt, "cpu");
-  if (!vk || !cpu) {
-    WARN("needs the vulkan and cpu plugins");
-    return;
-  }
-  std::map<std::string, HostTensor> want, got;
-  {
-    Plan p = rt->compile(g, *cpu);
-    want = p.run(in);
-  }
-  {
-    Plan p = rt->compile(g, *vk);
-    got = p.run(in);
-  }
+  Devices dv;
+  if (!dv.ready()) return;
+  const auto want = run_on(*dv.rt, *dv.cpu, g, in);
+  const auto got = run_on(*dv.rt, *dv.vk, g, in);
   for (const auto& [name, t] : want) {
     INFO("output " << name);
     REQUIRE(got.count(name) == 1);
-    check_close(got.at(name), t, rel);
+    check_matches(got.at(name), t, rel);
   }
 }
 
@@ -192,7 +160,7 @@ TEST_CASE("vulkan big: concat into 200 MiB and topk over it", "[vulkan][big]") {
 
 TEST_CASE("vulkan big: a tensor larger than the device can allocate is refused before anything runs",
           "[vulkan][big]") {
-  auto rt = big_runtime();
+  auto rt = default_runtime();
   Device* vk = find_plugin(*rt, "vulkan");
   if (!vk) {
     WARN("needs the vulkan plugin");

@@ -5,19 +5,15 @@
 #include <backplane/backplane.hpp>
 #include <catch2/catch.hpp>
 
+#include "vulkan_test_support.hpp"
+
 #include <cmath>
 #include <limits>
 
 using namespace backplane;
+using namespace backplane::vktest;
 
 namespace {
-
-std::unique_ptr<Runtime> error_runtime() {
-  RuntimeOptions opts;
-  opts.use_environment = false;
-  opts.use_default_path = true;  // cpu, vulkan
-  return Runtime::create(opts);
-}
 
 std::vector<Device*> devices_to_check(Runtime& rt) {
   std::vector<Device*> out;
@@ -42,7 +38,7 @@ HostTensor f32(Shape s, std::vector<double> v) { return HostTensor::from_doubles
 }  // namespace
 
 TEST_CASE("vulkan: a data error found at synchronize names its node as on the cpu", "[vulkan][errors]") {
-  auto rt = error_runtime();
+  auto rt = default_runtime();
   const auto devs = devices_to_check(*rt);
   bool have_vulkan = false;
   for (auto* d : devs) have_vulkan = have_vulkan || d->plugin_name() == "vulkan";

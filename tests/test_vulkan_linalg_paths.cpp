@@ -12,6 +12,8 @@
 #include <backplane/backplane.hpp>
 #include <catch2/catch.hpp>
 
+#include "vulkan_test_support.hpp"
+
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
@@ -20,134 +22,12 @@
 #include <vector>
 
 using namespace backplane;
-
-namespace {
-
-std::unique_ptr<Runtime> make_runtime() {
-  RuntimeOptions opts;
-  opts.use_environment = false;
-  opts.use_default_path = true;  // cpu, vulkan
-  return Runtime::create(opts);
-}
-
-Device* find_plugin(Runtime& rt, const std::string& plugin) {
-  for (auto* d : rt.all_devices())
-    if (d->plugin_name() == plugin) return d;
-  return nullptr;
-}
-
-uint64_t next(uint64_t& s) {
-  s = s * 6364136223846793005ull + 1442695040888963407ull;
-  return s >> 33;
-}
-
-// Small integers in [lo, hi]: exact in every dtype, so sums are exact too.
-HostTensor ints(bp_dtype dt, Shape shape, uint64_t seed, int lo, int hi) {
-  HostTensor t(dt, std::move(shape));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, lo + static_cast<int>(next(s) % (hi - lo + 1)));
-  return t;
-}
-
-// Uniform in [-1, 1), rounded into dt by set().
-HostTensor reals(bp_dtype dt, Shape shape, uint64_t seed) {
-  HostTensor t(dt, std::move(shape));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 3;
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, static_cast<double>(next(s) % 2000001) / 1000000.0 - 1.0);
-  return t;
-}
-
-const char* dt_name(bp_dtype d) {
-  switch (d) {
-    case BP_DTYPE_F32: return "f32";
-    case BP_DTYPE_F16: return "f16";
-    case BP_DTYPE_BF16: return "bf16";
-    case BP_DTYPE_F64: return "f64";
-    case BP_DTYPE_I8: return "i8";
-    case BP_DTYPE_I16: return "i16";
-    case BP_DTYPE_I32: return "i32";
-    case BP_DTYPE_I64: return "i64";
-    case BP_DTYPE_U8: return "u8";
-    case BP_DTYPE_BOOL: return "bool";
-    default: return "?";
-  }
-}
-
-// Whether `d` has a kernel for `op` whose first input is `dt` (the
-// device's features: f64, i64, 8/16-bit storage).
-bool has_kernel(const Device& d, const std::string& op, bp_dtype dt) {
-  for (const KernelInfo& k : d.kernels())
-    if (k.op == op && !k.dtypes.empty() && k.dtypes[0] == dt) return true;
-  return false;
-}
-
-struct Devices {
-  std::unique_ptr<Runtime> rt = make_runtime();
-  Device* vk = find_plugin(*rt, "vulkan");
-  Device* cpu = find_plugin(*rt, "cpu");
-  bool ok() const { return vk && cpu; }
-};
-
-std::map<std::string, HostTensor> run_on(Runtime& rt, Device& d, const Graph& g,
-                                         const std::map<std::string, HostTensor>& in) {
-  Plan p = rt.compile(g, d);
-  return p.run(in);
-}
-
-// Every element of `got` equals `want` (small-integer data: exact on both).
-void check_equal(const HostTensor& got, const HostTensor& want) {
-  REQUIRE(got.dtype == want.dtype);
-  REQUIRE(got.shape == want.shape);
-  int64_t bad = 0, first = -1;
-  for (int64_t i = 0, n = got.numel(); i < n; ++i)
-    if (got.get(i) != want.get(i)) {
-      if (first < 0) first = i;
-      ++bad;
-    }
-  INFO("first mismatch at " << first << ": " << (first >= 0 ? got.get(first) : 0.0) << " vs "
-                            << (first >= 0 ? want.get(first) : 0.0));
-  CHECK(bad == 0);
-}
-
-// docs/ops.md's bound for matmul/conv2d per dtype, relative to `scale` (the
-// sum of the terms' magnitudes), plus its absolute part.
-double rel_tol(bp_dtype d) {
-  switch (d) {
-    case BP_DTYPE_F64: return 1e-12;
-    case BP_DTYPE_F16: return 1e-2;
-    case BP_DTYPE_BF16: return 2e-2;
-    default: return 1e-4;
-  }
-}
-
-void check_close(const HostTensor& got, const std::vector<double>& ref, const std::vector<double>& scale, bp_dtype d) {
-  REQUIRE(got.numel() == static_cast<int64_t>(ref.size()));
-  int64_t bad = 0, first = -1;
-  for (int64_t i = 0, n = got.numel(); i < n; ++i) {
-    const double err = std::abs(got.get(i) - ref[i]);
-    if (!(err <= rel_tol(d) * scale[i] || err <= 1e-6)) {
-      if (first < 0) first = i;
-      ++bad;
-    }
-  }
-  INFO("first mismatch at " << first << ": " << (first >= 0 ? got.get(first) : 0.0) << " vs "
-                            << (first >= 0 ? ref[first] : 0.0));
-  CHECK(bad == 0);
-}
-
-const bp_dtype kNumeric[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64, BP_DTYPE_I8,
-                             BP_DTYPE_I16, BP_DTYPE_I32,  BP_DTYPE_I64,  BP_DTYPE_U8};
-const bp_dtype kFloats[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64};
-
-}  // namespace
+using namespace backplane::vktest;
 
 TEST_CASE("vulkan paths: binary ops with a transposed operand (the 2-D block path) match the CPU",
           "[vulkan][paths]") {
   Devices dv;
-  if (!dv.ok()) {
-    WARN("needs the vulkan and cpu plugins");
-    return;
-  }
+  if (!dv.ready()) return;
   // {rows, cols} of the output; a is stored [cols, rows] and transposed.
   // 128x64 and 100x36: whole and partial 64x64 tiles; 100x37 and 102x40:
   // rows or a's stride not a multiple of 4 (the other paths).
@@ -156,7 +36,7 @@ TEST_CASE("vulkan paths: binary ops with a transposed operand (the 2-D block pat
     if (!has_kernel(*dv.vk, "add", d)) continue;
     const int lo = d == BP_DTYPE_U8 ? 0 : -50, hi = 50;
     for (auto [R, C] : shapes) {
-      INFO(dt_name(d) << " " << R << "x" << C);
+      INFO(dtype_name(d) << " " << R << "x" << C);
       Graph g;
       g.input("a", d, {C, R});
       g.input("b", d, {R, C});
@@ -191,10 +71,7 @@ TEST_CASE("vulkan paths: binary ops with a transposed operand (the 2-D block pat
 
 TEST_CASE("vulkan paths: a transposed operand with an offset, and in a batch", "[vulkan][paths]") {
   Devices dv;
-  if (!dv.ok()) {
-    WARN("needs the vulkan and cpu plugins");
-    return;
-  }
+  if (!dv.ready()) return;
   Graph g;
   g.input("a", BP_DTYPE_F32, {70, 68});
   g.input("b", BP_DTYPE_F32, {68, 64});
@@ -251,10 +128,7 @@ void matmul_ref(const HostTensor& a, const HostTensor& b, bool a_t, bool b_t, in
 
 TEST_CASE("vulkan paths: matmul's blocks at edges, batch broadcast and transposed operands", "[vulkan][paths]") {
   Devices dv;
-  if (!dv.ok()) {
-    WARN("needs the vulkan and cpu plugins");
-    return;
-  }
+  if (!dv.ready()) return;
   struct S {
     int64_t M, K, N, ba, bb;
     bool a_t, b_t;
@@ -274,7 +148,7 @@ TEST_CASE("vulkan paths: matmul's blocks at edges, batch broadcast and transpose
   for (bp_dtype d : kFloats) {
     if (!has_kernel(*dv.vk, "matmul", d)) continue;
     for (const S& s : shapes) {
-      INFO(dt_name(d) << " M=" << s.M << " K=" << s.K << " N=" << s.N << " batch " << s.ba << "/" << s.bb
+      INFO(dtype_name(d) << " M=" << s.M << " K=" << s.K << " N=" << s.N << " batch " << s.ba << "/" << s.bb
                       << (s.a_t ? " a^T" : "") << (s.b_t ? " b^T" : ""));
       const Shape as = s.a_t ? Shape{s.ba, s.K, s.M} : Shape{s.ba, s.M, s.K};
       const Shape bs = s.b_t ? Shape{s.bb, s.N, s.K} : Shape{s.bb, s.K, s.N};
@@ -292,7 +166,7 @@ TEST_CASE("vulkan paths: matmul's blocks at edges, batch broadcast and transpose
       }
       g.node("y", "matmul", {an, bn});
       g.output("y");
-      const HostTensor a = reals(d, as, 11), b = reals(d, bs, 12);
+      const HostTensor a = reals(d, as, 11, 1), b = reals(d, bs, 12, 1);
       std::vector<double> ref, scale;
       matmul_ref(a, b, s.a_t, s.b_t, s.M, s.K, s.N, s.ba, s.bb, ref, scale);
       const auto got = run_on(*dv.rt, *dv.vk, g, {{"a", a}, {"b", b}});
@@ -304,10 +178,7 @@ TEST_CASE("vulkan paths: matmul's blocks at edges, batch broadcast and transpose
 TEST_CASE("vulkan paths: conv2d's direct form at edges, with padding, stride, dilation, groups, bias",
           "[vulkan][paths]") {
   Devices dv;
-  if (!dv.ok()) {
-    WARN("needs the vulkan and cpu plugins");
-    return;
-  }
+  if (!dv.ready()) return;
   struct S {
     int64_t N, C, H, W, O, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, groups;
     bool bias;
@@ -323,7 +194,7 @@ TEST_CASE("vulkan paths: conv2d's direct form at edges, with padding, stride, di
   for (bp_dtype d : kFloats) {
     if (!has_kernel(*dv.vk, "conv2d", d)) continue;
     for (const S& s : shapes) {
-      INFO(dt_name(d) << " N=" << s.N << " C=" << s.C << " H=" << s.H << " W=" << s.W << " O=" << s.O << " k="
+      INFO(dtype_name(d) << " N=" << s.N << " C=" << s.C << " H=" << s.H << " W=" << s.W << " O=" << s.O << " k="
                       << s.KH << "x" << s.KW << " groups " << s.groups);
       const int64_t cg = s.C / s.groups, og = s.O / s.groups;
       const int64_t OH = (s.H + s.pt + s.pb - s.dh * (s.KH - 1) - 1) / s.sh + 1;
@@ -342,9 +213,9 @@ TEST_CASE("vulkan paths: conv2d's direct form at edges, with padding, stride, di
               {"dilation", {s.dh, s.dw}},
               {"groups", s.groups}});
       g.output("y");
-      std::map<std::string, HostTensor> in = {{"x", reals(d, {s.N, s.C, s.H, s.W}, 21)},
-                                              {"w", reals(d, {s.O, cg, s.KH, s.KW}, 22)}};
-      if (s.bias) in["bias"] = reals(d, {s.O}, 23);
+      std::map<std::string, HostTensor> in = {{"x", reals(d, {s.N, s.C, s.H, s.W}, 21, 1)},
+                                              {"w", reals(d, {s.O, cg, s.KH, s.KW}, 22, 1)}};
+      if (s.bias) in["bias"] = reals(d, {s.O}, 23, 1);
       const HostTensor &x = in.at("x"), &w = in.at("w");
       std::vector<double> ref(s.N * s.O * OH * OW), scale(ref.size());
       for (int64_t n = 0; n < s.N; ++n)

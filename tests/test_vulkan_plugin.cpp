@@ -5,7 +5,8 @@
 #include <backplane/abi.h>
 #include <catch2/catch.hpp>
 
-#include <dlfcn.h>
+#include "vulkan_test_support.hpp"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -17,6 +18,8 @@
 #include <string>
 #include <vector>
 
+using namespace backplane::vktest;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -24,128 +27,12 @@ namespace fs = std::filesystem;
 std::vector<std::string> g_log;
 
 void capture_log(void*, bp_log_level, bp_string m) { g_log.emplace_back(m.data ? m.data : "", m.len); }
-void serial_for(void*, int64_t n, int64_t, bp_parallel_fn fn, void* user) {
-  if (n > 0) fn(user, 0, n);
-}
-uint32_t one_thread(void*) { return 1; }
 
-// BACKPLANE_CACHE_DIR set for the scope, the old value restored after.
-struct EnvVar {
-  std::string name;
-  bool had = false;
-  std::string old;
-  EnvVar(std::string n, const std::string& value) : name(std::move(n)) {
-    if (const char* o = std::getenv(name.c_str())) {
-      had = true;
-      old = o;
-    }
-    setenv(name.c_str(), value.c_str(), 1);
-  }
-  ~EnvVar() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
+// The plugin library loaded and initialized with capture_log as its log
+// sink, vulkan0 taken.
+struct Vk : VkAbi {
+  Vk() : VkAbi(capture_log) {}
 };
-
-// The plugin library loaded and initialized (with a log sink), vulkan0 taken.
-struct Vk {
-  void* lib = nullptr;
-  const bp_plugin_api* api = nullptr;
-  bp_host_api host{};
-  bp_device* dev = nullptr;
-  bool ok = false;
-
-  Vk() {
-    const std::string path = std::string(BACKPLANE_PLUGIN_DIR) + "/libbackplane_vulkan.so";
-    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return;
-    auto entry = reinterpret_cast<bp_plugin_entry_fn>(dlsym(lib, BP_PLUGIN_ENTRY_SYMBOL));
-    if (!entry) return;
-    char err[256] = {};
-    bp_plugin_query q{};
-    q.struct_size = sizeof q;
-    q.min_major = BP_ABI_VERSION_MAJOR;
-    q.max_major = BP_ABI_VERSION_MAJOR;
-    q.max_minor = BP_ABI_VERSION_MINOR;
-    q.error_buffer = err;
-    q.error_buffer_size = sizeof err;
-    if (entry(&q, &api) != BP_OK || !api) return;
-    host.struct_size = sizeof host;
-    host.abi_major = BP_ABI_VERSION_MAJOR;
-    host.abi_minor = BP_ABI_VERSION_MINOR;
-    host.log = capture_log;
-    host.parallel_for = serial_for;
-    host.num_threads = one_thread;
-    if (bp_error* e = api->initialize(&host)) {
-      api->error_destroy(e);
-      return;
-    }
-    if (api->device_count() == 0 || api->device_get(0, &dev) != nullptr || !dev) return;
-    ok = true;
-  }
-  ~Vk() {
-    if (api) api->shutdown();
-    if (lib) dlclose(lib);
-  }
-  Vk(const Vk&) = delete;
-  Vk& operator=(const Vk&) = delete;
-
-  uint32_t kernel(const char* op, std::vector<bp_dtype> dtypes) const {
-    for (uint32_t i = 0; i < api->n_kernels; ++i) {
-      const bp_kernel_desc& k = api->kernels[i];
-      if (std::string(k.op.data, k.op.len) != op || k.n_dtypes != dtypes.size()) continue;
-      if (std::equal(dtypes.begin(), dtypes.end(), k.dtypes)) return i;
-    }
-    FAIL("no kernel " << op);
-    return 0;
-  }
-
-  struct Buf {
-    bp_storage s{};
-    bp_layout l{};
-  };
-  // A 1-D buffer of n elements of dtype holding `bytes`.
-  Buf buffer(bp_dtype dt, int64_t n, const void* bytes, size_t elem) {
-    bp_buffer b{};
-    b.struct_size = sizeof b;
-    REQUIRE(api->buffer_allocate(dev, static_cast<uint64_t>(n) * elem, &b) == nullptr);
-    if (bytes) REQUIRE(api->buffer_write(dev, b.handle, 0, bytes, static_cast<uint64_t>(n) * elem) == nullptr);
-    Buf r;
-    r.s.struct_size = sizeof r.s;
-    r.s.data = b.host_ptr;
-    r.s.buffer_handle = b.handle;
-    r.s.byte_size = static_cast<uint64_t>(n) * elem;
-    r.s.dtype = dt;
-    r.l.rank = 1;
-    r.l.shape[0] = n;
-    r.l.strides[0] = 1;
-    return r;
-  }
-
-  // Calls kernel `k` on `in` writing `out`; returns its error (nullptr: ok).
-  bp_error* call(uint32_t k, std::vector<Buf*> in, Buf& out) {
-    std::vector<bp_storage> s;
-    std::vector<bp_layout> l;
-    for (Buf* b : in) {
-      s.push_back(b->s);
-      l.push_back(b->l);
-    }
-    l.push_back(out.l);
-    bp_kernel_context ctx{};
-    ctx.struct_size = sizeof ctx;
-    ctx.device = dev;
-    ctx.host = &host;
-    ctx.kernel_index = k;
-    return api->kernels[k].fn(&ctx, s.data(), s.size(), &out.s, 1, l.data(), nullptr);
-  }
-};
-
-std::string error_text(const bp_plugin_api* api, const bp_error* e) {
-  const bp_string m = api->error_message(e);
-  return std::string(m.data ? m.data : "", m.len);
-}
 
 fs::path scratch_dir(const char* name) {
   fs::path p = fs::temp_directory_path() / ("bp_vk_" + std::to_string(getpid()) + "_" + name);
@@ -186,10 +73,7 @@ bool logged(const std::string& what) {
 
 TEST_CASE("vulkan: error_call_index names the kernel call whose dispatch failed", "[vulkan][abi]") {
   Vk vk;
-  if (!vk.ok) {
-    WARN("no Vulkan device");
-    return;
-  }
+  if (!vk.ready()) return;
   REQUIRE(vk.api->error_call_index != nullptr);
   const float f[4] = {1, 2, 3, 4};
   const int32_t num[4] = {7, 8, 9, 10}, den[4] = {1, 2, 0, 5};
@@ -251,10 +135,7 @@ TEST_CASE("vulkan: the pipeline cache is written once per device and reloaded", 
   EnvVar old("BACKPLANE_VULKAN_PIPELINE_CACHE", "1");
   {
     Vk probe;
-    if (!probe.ok) {
-      WARN("no Vulkan device");
-      return;
-    }
+    if (!probe.ready()) return;
   }
   fs::remove_all(dir);
   g_log.clear();

@@ -11,6 +11,8 @@
 #include <backplane/backplane.hpp>
 #include <catch2/catch.hpp>
 
+#include "vulkan_test_support.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -19,117 +21,14 @@
 #include <vector>
 
 using namespace backplane;
+using namespace backplane::vktest;
 
 namespace {
 
-std::unique_ptr<Runtime> make_runtime() {
-  RuntimeOptions opts;
-  opts.use_environment = false;
-  opts.use_default_path = true;  // cpu, vulkan
-  return Runtime::create(opts);
-}
-
-Device* find_plugin(Runtime& rt, const std::string& plugin) {
-  for (auto* d : rt.all_devices())
-    if (d->plugin_name() == plugin) return d;
-  return nullptr;
-}
-
-struct Devices {
-  std::unique_ptr<Runtime> rt = make_runtime();
-  Device* vk = find_plugin(*rt, "vulkan");
-  Device* cpu = find_plugin(*rt, "cpu");
-  bool ok() const { return vk && cpu; }
-};
-
-uint64_t next(uint64_t& s) {
-  s = s * 6364136223846793005ull + 1442695040888963407ull;
-  return s >> 33;
-}
-
-// Small integers in [lo, hi]: exact in every dtype, and so are their sums
-// (computed in f32 or wider before the one rounding of the result).
-HostTensor ints(bp_dtype dt, Shape shape, uint64_t seed, int lo, int hi) {
-  HostTensor t(dt, std::move(shape));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, lo + static_cast<int>(next(s) % (hi - lo + 1)));
-  return t;
-}
-
-// Uniform in [-2, 2), rounded into dt by set().
-HostTensor reals(bp_dtype dt, Shape shape, uint64_t seed) {
-  HostTensor t(dt, std::move(shape));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 3;
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, static_cast<double>(next(s) % 4000001) / 1000000.0 - 2.0);
-  return t;
-}
-
-const char* dt_name(bp_dtype d) {
-  switch (d) {
-    case BP_DTYPE_F32: return "f32";
-    case BP_DTYPE_F16: return "f16";
-    case BP_DTYPE_BF16: return "bf16";
-    case BP_DTYPE_F64: return "f64";
-    case BP_DTYPE_I8: return "i8";
-    case BP_DTYPE_I16: return "i16";
-    case BP_DTYPE_I32: return "i32";
-    case BP_DTYPE_I64: return "i64";
-    case BP_DTYPE_U8: return "u8";
-    default: return "?";
-  }
-}
-
-bool float_dtype(bp_dtype d) {
-  return d == BP_DTYPE_F32 || d == BP_DTYPE_F16 || d == BP_DTYPE_BF16 || d == BP_DTYPE_F64;
-}
-
-bool has_kernel(const Device& d, const std::string& op, bp_dtype dt) {
-  for (const KernelInfo& k : d.kernels())
-    if (k.op == op && !k.dtypes.empty() && k.dtypes[0] == dt) return true;
-  return false;
-}
-
-const bp_dtype kNumeric[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64, BP_DTYPE_I8,
-                             BP_DTYPE_I16, BP_DTYPE_I32, BP_DTYPE_I64, BP_DTYPE_U8};
-const bp_dtype kFloats[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64};
-
-// docs/ops.md: relative OR absolute error within the dtype's bound (the
-// reduction/norm row for f32); integers exact; NaN meets NaN, inf the same inf.
-void check_close(const HostTensor& got, const HostTensor& want, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.dtype == want.dtype);
-  REQUIRE(got.shape == want.shape);
-  double rel = 0, abs_tol = 0;
-  switch (got.dtype) {
-    case BP_DTYPE_F32: rel = 1e-4, abs_tol = 1e-6; break;
-    case BP_DTYPE_F16: rel = abs_tol = 1e-2; break;
-    case BP_DTYPE_BF16: rel = abs_tol = 2e-2; break;
-    case BP_DTYPE_F64: rel = abs_tol = 1e-12; break;
-    default: break;
-  }
-  int64_t bad = 0, first = -1;
-  for (int64_t i = 0, n = got.numel(); i < n; ++i) {
-    const double g = got.get(i), w = want.get(i);
-    bool ok;
-    if (std::isnan(w)) ok = std::isnan(g);
-    else if (std::isinf(w)) ok = g == w;
-    else ok = std::isfinite(g) && (std::fabs(g - w) <= abs_tol || std::fabs(g - w) <= rel * std::fabs(w));
-    if (!ok) {
-      if (first < 0) first = i;
-      ++bad;
-    }
-  }
-  INFO("first mismatch at " << first << ": " << (first >= 0 ? got.get(first) : 0.0) << " vs "
-                            << (first >= 0 ? want.get(first) : 0.0) << " (" << bad << " bad)");
-  CHECK(bad == 0);
-}
-
 // Runs g on vulkan0 and on the CPU and compares every output.
 void compare(Devices& d, const Graph& g, const std::map<std::string, HostTensor>& in, const std::string& what) {
-  Plan pv = d.rt->compile(g, *d.vk);
-  Plan pc = d.rt->compile(g, *d.cpu);
-  auto gv = pv.run(in);
-  auto gc = pc.run(in);
+  const auto gv = run_on(*d.rt, *d.vk, g, in);
+  const auto gc = run_on(*d.rt, *d.cpu, g, in);
   for (auto& [name, t] : gc) check_close(gv.at(name), t, what + " output " + name);
 }
 
@@ -149,30 +48,17 @@ std::string add_view(Graph& g, View v, int64_t last) {
   return "x";
 }
 
-}  // namespace
+// A reduction over `dims` of x of `shape`, seen through `view`.
+struct ReduceCase {
+  Shape shape;
+  std::vector<int64_t> dims;
+  View view;
+};
 
-TEST_CASE("vulkan reduce paths: column reductions (few and many columns, split rows) match the CPU",
-          "[vulkan][paths][reduce]") {
-  Devices d;
-  if (!d.ok()) {
-    WARN("needs the vulkan and cpu plugins");
-    return;
-  }
-  struct Shape3 {
-    Shape shape;
-    std::vector<int64_t> dims;
-    View view;
-  };
-  const std::vector<Shape3> cases = {
-      {{5, 3}, {0}, View::plain},              // few columns, not a multiple of 4
-      {{300, 8}, {0}, View::plain},            // few columns, 4-vectors
-      {{2000, 12}, {0}, View::plain},          // few columns: rows split, second pass
-      {{520, 1028}, {0}, View::plain},         // many columns, split in two chunks
-      {{3, 2, 8}, {0, 1}, View::plain},        // two reduced dims coalesce
-      {{7, 2, 9}, {0}, View::plain},           // two kept dims coalesce (18 columns)
-      {{300, 9}, {0}, View::sliced},           // offset and row stride not multiples of 4
-      {{40, 600}, {1}, View::transposed},      // the kept dim is contiguous after a transpose
-  };
+// sum, mean, prod, max and min in every dtype vulkan0 claims them for, over
+// each case (x from seed + the case's index), against the CPU. prod: values
+// in [-1, 1] (no overflow); sums: small integers, exact.
+void compare_reductions(Devices& d, const std::vector<ReduceCase>& cases, uint64_t seed) {
   const char* ops[] = {"sum", "mean", "prod", "max", "min"};
   for (bp_dtype dt : kNumeric) {
     for (const char* op : ops) {
@@ -184,67 +70,57 @@ TEST_CASE("vulkan reduce paths: column reductions (few and many columns, split r
         const std::string src = add_view(g, c.view, c.shape.back());
         g.node("y", op, {src}, {{"dims", c.dims}});
         g.output("y");
-        // prod: values in [-1, 1] (no overflow); sums: small integers, exact.
         const bool prod = std::string(op) == "prod";
         const int hi = prod ? 1 : dt == BP_DTYPE_F16 || dt == BP_DTYPE_BF16 ? 2 : 3;
         const int lo = dt == BP_DTYPE_U8 ? 0 : -hi;
-        compare(d, g, {{"x", ints(dt, c.shape, 11 + ci, lo, hi)}},
-                std::string(op) + " " + dt_name(dt) + " case " + std::to_string(ci));
+        compare(d, g, {{"x", ints(dt, c.shape, seed + ci, lo, hi)}},
+                std::string(op) + " " + std::string(dtype_name(dt)) + " case " + std::to_string(ci));
       }
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("vulkan reduce paths: column reductions (few and many columns, split rows) match the CPU",
+          "[vulkan][paths][reduce]") {
+  Devices d;
+  if (!d.ready()) return;
+  const std::vector<ReduceCase> cases = {
+      {{5, 3}, {0}, View::plain},          // few columns, not a multiple of 4
+      {{300, 8}, {0}, View::plain},        // few columns, 4-vectors
+      {{2000, 12}, {0}, View::plain},      // few columns: rows split, second pass
+      {{520, 1028}, {0}, View::plain},     // many columns, split in two chunks
+      {{3, 2, 8}, {0, 1}, View::plain},    // two reduced dims coalesce
+      {{7, 2, 9}, {0}, View::plain},       // two kept dims coalesce (18 columns)
+      {{300, 9}, {0}, View::sliced},       // offset and row stride not multiples of 4
+      {{40, 600}, {1}, View::transposed},  // the kept dim is contiguous after a transpose
+  };
+  compare_reductions(d, cases, 11);
 }
 
 TEST_CASE("vulkan reduce paths: row reductions (a subgroup per row, 4-vectors or not) match the CPU",
           "[vulkan][paths][reduce]") {
   Devices d;
-  if (!d.ok()) {
-    WARN("needs the vulkan and cpu plugins");
-    return;
-  }
-  struct Case {
-    Shape shape;
-    View view;
+  if (!d.ready()) return;
+  const std::vector<ReduceCase> cases = {
+      {{270, 37}, {-1}, View::plain},        // rows not a multiple of 4 long; 270 rows (not a multiple of 32)
+      {{300, 1024}, {-1}, View::plain},      // long contiguous rows, 4-vectors
+      {{260, 65}, {-1}, View::sliced},       // unaligned start and row stride
+      {{300, 260}, {-1}, View::transposed},  // strided rows
+      {{33, 4096}, {-1}, View::plain}        // few rows (a workgroup each)
   };
-  const std::vector<Case> cases = {
-      {{270, 37}, View::plain},       // rows not a multiple of 4 long; 270 rows (not a multiple of 32)
-      {{300, 1024}, View::plain},     // long contiguous rows, 4-vectors
-      {{260, 65}, View::sliced},      // unaligned start and row stride
-      {{300, 260}, View::transposed}, // strided rows
-      {{33, 4096}, View::plain}       // few rows (a workgroup each)
-  };
-  const char* ops[] = {"sum", "mean", "prod", "max", "min"};
-  for (bp_dtype dt : kNumeric) {
-    for (const char* op : ops) {
-      if (!has_kernel(*d.vk, op, dt)) continue;
-      for (size_t ci = 0; ci < cases.size(); ++ci) {
-        const auto& c = cases[ci];
-        Graph g;
-        g.input("x", dt, c.shape);
-        const std::string src = add_view(g, c.view, c.shape.back());
-        g.node("y", op, {src}, {{"dims", {-1}}});
-        g.output("y");
-        const bool prod = std::string(op) == "prod";
-        const int hi = prod ? 1 : dt == BP_DTYPE_F16 || dt == BP_DTYPE_BF16 ? 2 : 3;
-        const int lo = dt == BP_DTYPE_U8 ? 0 : -hi;
-        compare(d, g, {{"x", ints(dt, c.shape, 31 + ci, lo, hi)}},
-                std::string(op) + " " + dt_name(dt) + " case " + std::to_string(ci));
-      }
-    }
-  }
+  compare_reductions(d, cases, 31);
 }
 
 TEST_CASE("vulkan reduce paths: inf and NaN in rows and columns", "[vulkan][paths][reduce]") {
   Devices d;
-  if (!d.ok()) {
-    WARN("needs the vulkan and cpu plugins");
-    return;
-  }
+  if (!d.ready()) return;
   const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
   for (bp_dtype dt : kFloats) {
     if (!has_kernel(*d.vk, "sum", dt)) continue;
     for (Shape shape : {Shape{40, 64}, Shape{300, 64}, Shape{600, 16}, Shape{37, 4096}}) {
-      HostTensor x = reals(dt, shape, 5);
+      HostTensor x = reals(dt, shape, 5, 2);
       const int64_t w = shape[1];
       x.set(3 * w + 5, inf);                       // row 3 and column 5: +inf
       x.set(7 * w + 1, inf), x.set(7 * w + 9, -inf);  // row 7: inf - inf = NaN
@@ -256,15 +132,16 @@ TEST_CASE("vulkan reduce paths: inf and NaN in rows and columns", "[vulkan][path
           g.input("x", dt, shape);
           g.node("y", op, {"x"}, {{"dims", {dim}}});
           g.output("y");
-          compare(d, g, {{"x", x}}, std::string(op) + " " + dt_name(dt) + " dim " + std::to_string(dim) + " of [" +
-                                        std::to_string(shape[0]) + ", " + std::to_string(w) + "]");
+          compare(d, g, {{"x", x}},
+                  std::string(op) + " " + std::string(dtype_name(dt)) + " dim " + std::to_string(dim) + " of [" +
+                      std::to_string(shape[0]) + ", " + std::to_string(w) + "]");
         }
       for (const char* op : {"softmax", "log_softmax"}) {
         Graph g;
         g.input("x", dt, shape);
         g.node("y", op, {"x"}, {{"dim", -1}});
         g.output("y");
-        compare(d, g, {{"x", x}}, std::string(op) + " " + dt_name(dt));
+        compare(d, g, {{"x", x}}, std::string(op) + " " + std::string(dtype_name(dt)));
       }
       Graph g;
       g.input("x", dt, shape);
@@ -275,7 +152,7 @@ TEST_CASE("vulkan reduce paths: inf and NaN in rows and columns", "[vulkan][path
       g.output("v");
       g.output("m");
       g.output("ln");
-      compare(d, g, {{"x", x}}, std::string("var_mean/layer_norm ") + dt_name(dt));
+      compare(d, g, {{"x", x}}, "var_mean/layer_norm " + std::string(dtype_name(dt)));
     }
   }
 }
@@ -283,10 +160,7 @@ TEST_CASE("vulkan reduce paths: inf and NaN in rows and columns", "[vulkan][path
 TEST_CASE("vulkan reduce paths: softmax, log_softmax, layer_norm, var_mean per row match the CPU",
           "[vulkan][paths][reduce]") {
   Devices d;
-  if (!d.ok()) {
-    WARN("needs the vulkan and cpu plugins");
-    return;
-  }
+  if (!d.ready()) return;
   struct Case {
     Shape shape;
     View view;
@@ -320,8 +194,8 @@ TEST_CASE("vulkan reduce paths: softmax, log_softmax, layer_norm, var_mean per r
       g.node("t0", "var_mean", {src}, {{"dims", {-1}}, {"correction", 0.0}});
       g.node("v0", "view", {"t0"}, {{"slot", 0}});
       for (const char* o : {"sm", "lsm", "ln", "lnw", "lnb", "v", "m", "v0"}) g.output(o);
-      compare(d, g, {{"x", reals(dt, c.shape, 41 + ci)}, {"w", reals(dt, {n}, 2)}, {"b", reals(dt, {n}, 3)}},
-              std::string(dt_name(dt)) + " case " + std::to_string(ci));
+      compare(d, g, {{"x", reals(dt, c.shape, 41 + ci, 2)}, {"w", reals(dt, {n}, 2, 2)}, {"b", reals(dt, {n}, 3, 2)}},
+              std::string(dtype_name(dt)) + " case " + std::to_string(ci));
     }
   }
 }
@@ -329,16 +203,13 @@ TEST_CASE("vulkan reduce paths: softmax, log_softmax, layer_norm, var_mean per r
 TEST_CASE("vulkan reduce paths: topk's one-pass form for k from 1 to 16, ties and NaN, every dtype",
           "[vulkan][paths][topk]") {
   Devices d;
-  if (!d.ok()) {
-    WARN("needs the vulkan and cpu plugins");
-    return;
-  }
+  if (!d.ready()) return;
   const Shape shape{1100, 40};  // >= 1024 rows: the one-pass form on CPU devices
   for (bp_dtype dt : kNumeric) {
     if (!has_kernel(*d.vk, "topk", dt)) continue;
     // Small integers: many ties (the lower index first).
     HostTensor x = ints(dt, shape, 77, dt == BP_DTYPE_U8 ? 0 : -9, 9);
-    if (float_dtype(dt))
+    if (is_float(dt))
       for (int64_t r = 0; r < shape[0]; r += 7) x.set(r * shape[1] + (r % 40), std::nan(""));
     for (int k : {1, 5, 8, 16})
       for (bool largest : {true, false}) {
@@ -349,7 +220,7 @@ TEST_CASE("vulkan reduce paths: topk's one-pass form for k from 1 to 16, ties an
         g.node("i", "view", {"t"}, {{"slot", 1}});
         g.output("v");
         g.output("i");
-        compare(d, g, {{"x", x}}, std::string("topk ") + dt_name(dt) + " k=" + std::to_string(k) +
+        compare(d, g, {{"x", x}}, "topk " + std::string(dtype_name(dt)) + " k=" + std::to_string(k) +
                                       (largest ? " largest" : " smallest"));
       }
   }

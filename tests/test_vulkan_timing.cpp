@@ -6,7 +6,7 @@
 #include <backplane/backplane.hpp>
 #include <catch2/catch.hpp>
 
-#include <dlfcn.h>
+#include "vulkan_test_support.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -14,21 +14,9 @@
 #include <vector>
 
 using namespace backplane;
+using namespace backplane::vktest;
 
 namespace {
-
-std::unique_ptr<Runtime> timing_runtime() {
-  RuntimeOptions opts;
-  opts.use_environment = false;
-  opts.use_default_path = true;  // cpu, vulkan
-  return Runtime::create(opts);
-}
-
-Device* find_vulkan0(Runtime& rt) {
-  for (auto* d : rt.all_devices())
-    if (d->name() == "vulkan0") return d;
-  return nullptr;
-}
 
 // matmul of two n x n matrices, then a 4-element add.
 Graph heavy_and_tiny(int64_t n) {
@@ -60,8 +48,8 @@ const Plan::StepTime* row_of(const std::vector<Plan::StepTime>& rows, const std:
 }  // namespace
 
 TEST_CASE("vulkan: a profiled plan gives each kernel its time on the device", "[vulkan][timing]") {
-  auto rt = timing_runtime();
-  Device* vk = find_vulkan0(*rt);
+  auto rt = default_runtime();
+  Device* vk = find_device(*rt, "vulkan0");
   if (!vk) {
     WARN("no vulkan0");
     return;
@@ -99,8 +87,8 @@ TEST_CASE("vulkan: a profiled plan gives each kernel its time on the device", "[
 }
 
 TEST_CASE("vulkan: an unprofiled plan runs as before and has no device times", "[vulkan][timing]") {
-  auto rt = timing_runtime();
-  Device* vk = find_vulkan0(*rt);
+  auto rt = default_runtime();
+  Device* vk = find_device(*rt, "vulkan0");
   if (!vk) {
     WARN("no vulkan0");
     return;
@@ -118,94 +106,6 @@ TEST_CASE("vulkan: an unprofiled plan runs as before and has no device times", "
 namespace {
 
 void quiet_log(void*, bp_log_level, bp_string) {}
-void serial_for(void*, int64_t n, int64_t, bp_parallel_fn fn, void* user) {
-  if (n > 0) fn(user, 0, n);
-}
-uint32_t one_thread(void*) { return 1; }
-
-struct VkAbi {
-  void* lib = nullptr;
-  const bp_plugin_api* api = nullptr;
-  bp_host_api host{};
-  bp_device* dev = nullptr;
-  bool ok = false;
-
-  VkAbi() {
-    const std::string path = std::string(BACKPLANE_PLUGIN_DIR) + "/libbackplane_vulkan.so";
-    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return;
-    auto entry = reinterpret_cast<bp_plugin_entry_fn>(dlsym(lib, BP_PLUGIN_ENTRY_SYMBOL));
-    if (!entry) return;
-    char err[256] = {};
-    bp_plugin_query q{};
-    q.struct_size = sizeof q;
-    q.min_major = BP_ABI_VERSION_MAJOR;
-    q.max_major = BP_ABI_VERSION_MAJOR;
-    q.max_minor = BP_ABI_VERSION_MINOR;
-    q.error_buffer = err;
-    q.error_buffer_size = sizeof err;
-    if (entry(&q, &api) != BP_OK || !api) return;
-    host.struct_size = sizeof host;
-    host.abi_major = BP_ABI_VERSION_MAJOR;
-    host.abi_minor = BP_ABI_VERSION_MINOR;
-    host.log = quiet_log;
-    host.parallel_for = serial_for;
-    host.num_threads = one_thread;
-    if (bp_error* e = api->initialize(&host)) {
-      api->error_destroy(e);
-      return;
-    }
-    if (api->device_count() == 0 || api->device_get(0, &dev) != nullptr || !dev) return;
-    ok = true;
-  }
-  ~VkAbi() {
-    if (api) api->shutdown();
-    if (lib) dlclose(lib);
-  }
-  VkAbi(const VkAbi&) = delete;
-  VkAbi& operator=(const VkAbi&) = delete;
-
-  uint32_t kernel(const char* op, std::vector<bp_dtype> dtypes) const {
-    for (uint32_t i = 0; i < api->n_kernels; ++i) {
-      const bp_kernel_desc& k = api->kernels[i];
-      if (std::string(k.op.data, k.op.len) == op && k.n_dtypes == dtypes.size() &&
-          std::equal(dtypes.begin(), dtypes.end(), k.dtypes))
-        return i;
-    }
-    FAIL("no kernel " << op);
-    return 0;
-  }
-
-  // A dense f32 vector of n elements.
-  std::pair<bp_storage, bp_layout> vec(int64_t n, const float* init) {
-    bp_buffer b{};
-    b.struct_size = sizeof b;
-    REQUIRE(api->buffer_allocate(dev, static_cast<uint64_t>(n) * 4, &b) == nullptr);
-    if (init) REQUIRE(api->buffer_write(dev, b.handle, 0, init, static_cast<uint64_t>(n) * 4) == nullptr);
-    bp_storage s{};
-    s.struct_size = sizeof s;
-    s.data = b.host_ptr;
-    s.buffer_handle = b.handle;
-    s.byte_size = static_cast<uint64_t>(n) * 4;
-    s.dtype = BP_DTYPE_F32;
-    bp_layout l{};
-    l.rank = 1;
-    l.shape[0] = n;
-    l.strides[0] = 1;
-    return {s, l};
-  }
-
-  bp_error* add(uint32_t k, const std::pair<bp_storage, bp_layout>& x, const std::pair<bp_storage, bp_layout>& y) {
-    const bp_storage in[2] = {x.first, x.first};
-    const bp_layout l[3] = {x.second, x.second, y.second};
-    bp_kernel_context ctx{};
-    ctx.struct_size = sizeof ctx;
-    ctx.device = dev;
-    ctx.host = &host;
-    ctx.kernel_index = k;
-    return api->kernels[k].fn(&ctx, in, 2, &y.first, 1, l, nullptr);
-  }
-};
 
 bp_status_code code_of(const bp_plugin_api* api, bp_error* e) {
   if (!e) return BP_OK;
@@ -217,24 +117,21 @@ bp_status_code code_of(const bp_plugin_api* api, bp_error* e) {
 }  // namespace
 
 TEST_CASE("vulkan: call_device_times gives one time per call and checks the count", "[vulkan][timing][abi]") {
-  VkAbi vk;
-  if (!vk.ok) {
-    WARN("no Vulkan device");
-    return;
-  }
+  VkAbi vk(quiet_log);
+  if (!vk.ready()) return;
   REQUIRE(vk.api->struct_size >= offsetof(bp_plugin_api, call_device_times) + sizeof(void*));
   REQUIRE(vk.api->begin_timed != nullptr);
   REQUIRE(vk.api->call_device_times != nullptr);
   const float a[4] = {1, 2, 3, 4};
-  auto x = vk.vec(4, a);
-  auto y = vk.vec(4, nullptr);
+  auto x = vk.buffer(BP_DTYPE_F32, 4, a, 4);
+  auto y = vk.buffer(BP_DTYPE_F32, 4, nullptr, 4);
   const uint32_t add = vk.kernel("add", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32});
 
   REQUIRE(vk.api->begin_timed(vk.dev) == nullptr);
-  for (int i = 0; i < 3; ++i) REQUIRE(vk.add(add, x, y) == nullptr);
+  for (int i = 0; i < 3; ++i) REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);
   REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
   float out[4] = {};
-  REQUIRE(vk.api->buffer_read(vk.dev, y.first.buffer_handle, 0, out, sizeof out) == nullptr);
+  REQUIRE(vk.api->buffer_read(vk.dev, y.s.buffer_handle, 0, out, sizeof out) == nullptr);
   CHECK(out[2] == 6.0f);
 
   std::vector<uint64_t> ns(3, 12345);
@@ -245,7 +142,7 @@ TEST_CASE("vulkan: call_device_times gives one time per call and checks the coun
 
   // A run started with begin() is not timed: asking is an error.
   REQUIRE(vk.api->begin(vk.dev) == nullptr);
-  REQUIRE(vk.add(add, x, y) == nullptr);
+  REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);
   REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
   CHECK(code_of(vk.api, vk.api->call_device_times(vk.dev, ns.data(), 1)) == BP_ERR_INVALID_ARGUMENT);
 
