@@ -163,6 +163,15 @@ struct RawClient {
   }
 };
 
+// A runtime whose remote plugin reaches `server` with the token in
+// `token_file` (default: the server's own); `env` holds the variables for
+// the test's scope.
+std::unique_ptr<Runtime> served_runtime(const Server& server, Env& env, const std::string& token_file = "") {
+  env.set("BACKPLANE_REMOTE", server.address());
+  env.set("BACKPLANE_REMOTE_TOKEN_FILE", token_file.empty() ? server.dir + "/token" : token_file);
+  return runtime();
+}
+
 rp::Request hello() {
   rp::Request r;
   r.mutable_hello()->set_protocol(rp::kProtocolVersion);
@@ -187,9 +196,7 @@ void check_never_starts(Runtime& rt, const std::string& name) {
 TEST_CASE("remote: a served CPU device runs a graph, alone and beside a local device", "[remote]") {
   Server server;
   Env env;
-  env.set("BACKPLANE_REMOTE", server.address());
-  env.set("BACKPLANE_REMOTE_TOKEN_FILE", server.dir + "/token");
-  auto rt = runtime();
+  auto rt = served_runtime(server, env);
   Device& remote = rt->device("cpu@" + server.address());
   CHECK(remote.plugin_name() == "remote");
   CHECK(remote.kind() == "cpu");
@@ -211,9 +218,7 @@ TEST_CASE("remote: many plans run in turn keep recording and replaying", "[remot
   // (64) and than a server session may record (256).
   Server server;
   Env env;
-  env.set("BACKPLANE_REMOTE", server.address());
-  env.set("BACKPLANE_REMOTE_TOKEN_FILE", server.dir + "/token");
-  auto rt = runtime();
+  auto rt = served_runtime(server, env);
   Device& remote = rt->device("cpu@" + server.address());
   std::vector<Plan> plans;
   for (int i = 0; i < 70; ++i) plans.push_back(rt->compile(small_graph(), remote));
@@ -226,9 +231,7 @@ TEST_CASE("remote: a wrong token is refused and the other plugins keep working",
   const std::string bad = server.dir + "/bad";
   std::ofstream(bad) << "not-the-token-not-the-token\n";
   Env env;
-  env.set("BACKPLANE_REMOTE", server.address());
-  env.set("BACKPLANE_REMOTE_TOKEN_FILE", bad);
-  auto rt = runtime();
+  auto rt = served_runtime(server, env, bad);
   REQUIRE_THROWS_WITH(rt->device("cpu@" + server.address()), Catch::Contains("refused the token"));
   check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
   // A raw client without the token learns nothing but the refusal.
@@ -417,18 +420,14 @@ TEST_CASE("remote: garbage bytes and truncated messages do not hurt the server",
   CHECK(!cut.ParseFromString(bytes.substr(0, bytes.size() / 2)));
   // The server still serves a proper client.
   Env env;
-  env.set("BACKPLANE_REMOTE", server.address());
-  env.set("BACKPLANE_REMOTE_TOKEN_FILE", server.dir + "/token");
-  auto rt = runtime();
+  auto rt = served_runtime(server, env);
   check_small(rt->run_graph(small_graph(), rt->device("cpu@" + server.address()), small_inputs()));
 }
 
 TEST_CASE("remote: a server killed in the middle of a run is an error, not a hang", "[remote]") {
   Server server;
   Env env;
-  env.set("BACKPLANE_REMOTE", server.address());
-  env.set("BACKPLANE_REMOTE_TOKEN_FILE", server.dir + "/token");
-  auto rt = runtime();
+  auto rt = served_runtime(server, env);
   // Enough matmuls for the run to take a while on the server.
   Graph g;
   g.input("x", BP_DTYPE_F32, {768, 768});
