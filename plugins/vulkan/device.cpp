@@ -150,9 +150,17 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
   features.storage8 = (api12 || ext8) && f8.storageBuffer8BitAccess;
   features.float64 = f2.features.shaderFloat64;
   features.int64 = f2.features.shaderInt64;
+  // Subgroups, and host memory imported in place (buffer_import_host: the
+  // extension needs VK_KHR_external_memory, core in 1.1, the plugin's
+  // minimum): one properties query, the host-pointer block chained only
+  // where the extension is there.
   {
+    const bool host_ext = has_extension(exts, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp{};
+    hp.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT;
     VkPhysicalDeviceSubgroupProperties sg{};
     sg.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+    sg.pNext = host_ext ? &hp : nullptr;
     VkPhysicalDeviceProperties2 p2{};
     p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
     p2.pNext = &sg;
@@ -160,19 +168,9 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
     features.subgroup_shuffle = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                                 (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) &&
                                 (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
-  }
-
-  // Host memory imported in place (buffer_import_host): the extension needs
-  // VK_KHR_external_memory, core in 1.1 (the plugin's minimum).
-  if (has_extension(exts, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
-    VkPhysicalDeviceExternalMemoryHostPropertiesEXT hp{};
-    hp.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT;
-    VkPhysicalDeviceProperties2 p2{};
-    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
-    p2.pNext = &hp;
-    vkGetPhysicalDeviceProperties2(phys, &p2);
+    features.subgroup_size = std::max<uint32_t>(sg.subgroupSize, 1);
     const uint64_t a = hp.minImportedHostPointerAlignment;
-    if (a != 0 && (a & (a - 1)) == 0) {
+    if (host_ext && a != 0 && (a & (a - 1)) == 0) {
       enabled_exts.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
       features.host_import = true;
       host_import_alignment = a;

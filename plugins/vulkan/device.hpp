@@ -20,6 +20,7 @@ struct Features {
   bool float64 = false;    // shaderFloat64
   bool int64 = false;      // shaderInt64 (i64 arithmetic; i64 indices need none)
   bool subgroup_shuffle = false;  // compute-stage subgroup shuffles (the _sg reductions)
+  uint32_t subgroup_size = 1;     // VkPhysicalDeviceSubgroupProperties::subgroupSize (>= 1)
   // VK_EXT_external_memory_host, enabled: host memory imported as buffers
   // without a copy (buffer_import_host; Memory::import_host).
   bool host_import = false;

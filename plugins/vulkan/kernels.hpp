@@ -26,6 +26,8 @@ struct Call {
   const bp_layout& lout() const { return layouts[n_in]; }
   const char* op() const;
   bool present(size_t i) const { return in[i].buffer_handle != 0; }
+  // A CPU device (lavapipe): the direct, one-pass and block forms measured there.
+  bool cpu_device() const { return dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
   // The op's params, checked to be of `kind`.
   const bp_op_params& params_of(bp_params_kind kind) const;
 };

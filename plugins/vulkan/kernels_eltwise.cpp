@@ -96,7 +96,7 @@ void eltwise_dispatch(Call& c, std::string shader_name, std::vector<int32_t> spe
       // path: 4x4 blocks per invocation, 4-vector loads down its columns,
       // a 16x256 tile per workgroup. Measured on lavapipe only, so CPU
       // devices only: a GPU keeps the 2-D path's scalar loads.
-      if (co.shape[0] % 4 == 0 && c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)
+      if (co.shape[0] % 4 == 0 && c.cpu_device())
         for (size_t k = 0; k < 2; ++k) {
           const int64_t s1 = co.strides[k][1];
           if (co.strides[k][0] == 1 && s1 % 4 == 0 && s1 != 0 && offsets[k] % 4 == 0) mode |= (16384u << k) | 65536u;

@@ -108,7 +108,7 @@ void topk_impl(Call& c) {
   // invocation (shaders/topk.comp, RMODE 1) instead of k workgroup passes.
   // The array's size is k (specialization constant 3), so it lives in
   // registers.
-  if (c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && tp.k <= 16 && p.outer_n >= 1024) {
+  if (c.cpu_device() && tp.k <= 16 && p.outer_n >= 1024) {
     p.mode = 1;
     p.groups = ceil_div(p.outer_n, 256);
     const std::vector<int32_t> spec = {0, 1, 0, static_cast<int32_t>(tp.k)};

@@ -57,7 +57,7 @@ void matmul_impl(Call& c) {
   // block of C per invocation, no shared memory (shaders/matmul.comp:
   // DIRECT_FORM), 4-vector loads of B's rows where they are dense and
   // 4-aligned (every batch step too).
-  const bool direct = c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  const bool direct = c.cpu_device();
   auto aligned = [&](int k, int64_t off, int64_t row_stride, int64_t unit_stride, int64_t len) {
     if (unit_stride != 1 || off % 4 != 0 || row_stride % 4 != 0 || len % 4 != 0) return false;
     for (int i = 0; i < bc.rank; ++i)
@@ -108,7 +108,7 @@ void conv2d_impl(Call& c) {
              "conv2d: more than 2^31 outputs or reduction terms");
   // A CPU device takes the direct form (shaders/conv2d.comp: DIRECT_FORM): a
   // block of to output channels x tw output columns per invocation.
-  const bool direct = c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  const bool direct = c.cpu_device();
   const int to = kDirectTO, tw = kDirectTW;
   const int64_t og = O / cp.groups;
   const int64_t blocks = direct ? ceil_div(og, to) * N * OH * ceil_div(OW, tw) * cp.groups : 0;

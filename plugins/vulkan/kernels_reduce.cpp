@@ -4,8 +4,6 @@
 #include "kernels.hpp"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 
 namespace bpvk {
 
@@ -24,28 +22,10 @@ std::string rows_shader(const Call& c, const char* family, bp_dtype d) {
 // a module, dead specialization branches included.
 std::string mode_suffix(const RowPlan& p) { return p.mode != 4 ? "" : p.vec != 0 ? "_row4" : "_row"; }
 
-bool cpu_device(const Call& c) { return c.dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
-
 constexpr int64_t kWG = 256;  // WG of the row shaders (common.glsl)
 
-// The device's subgroup size (VkPhysicalDeviceSubgroupProperties), asked
-// once per physical device.
-uint32_t subgroup_size(const Call& c) {
-  static std::mutex mu;
-  static std::map<VkPhysicalDevice, uint32_t> sizes;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = sizes.find(c.dev.phys);
-  if (it != sizes.end()) return it->second;
-  VkPhysicalDeviceSubgroupProperties sg{};
-  sg.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
-  VkPhysicalDeviceProperties2 p2{};
-  p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
-  p2.pNext = &sg;
-  vkGetPhysicalDeviceProperties2(c.dev.phys, &p2);
-  const uint32_t s = sg.subgroupSize == 0 ? 1u : std::min<uint32_t>(sg.subgroupSize, kWG);
-  sizes.emplace(c.dev.phys, s);
-  return s;
-}
+// The device's subgroup size, at most a workgroup.
+uint32_t subgroup_size(const Call& c) { return std::min<uint32_t>(c.dev.features.subgroup_size, kWG); }
 
 // Whether the row kernels' 4-vector loads apply to rows that are contiguous
 // (inner stride 1): every row starts on a multiple of 4.
@@ -66,7 +46,7 @@ bool rows_aligned4(const RowPlan& p, int64_t in_off) {
 bool use_subgroup_rows(const Call& c, bp_dtype d, const RowPlan& p) {
   const bool sg = c.dev.features.subgroup_shuffle &&
                   (d == BP_DTYPE_F32 || d == BP_DTYPE_F16 || d == BP_DTYPE_BF16);
-  return sg && cpu_device(c) && p.inner_n >= 32 && p.outer_n >= 256;
+  return sg && c.cpu_device() && p.inner_n >= 32 && p.outer_n >= 256;
 }
 void plan_subgroup_rows(const Call& c, RowPlan& p, int64_t in_off) {
   const int64_t per_group = std::max<int64_t>(1, kWG / subgroup_size(c));
@@ -98,7 +78,7 @@ void reduce_impl(Call& c) {
   Operand x = bind(c, c.in[0], in, d, false);
   Operand o = bind_dense(c, c.out[0], n_out, d, true);
   Args a;
-  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset, true, cpu_device(c));
+  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset, true, c.cpu_device());
   BPVK_CHECK(p.outer_n == n_out, BP_ERR_INVALID_ARGUMENT,
              std::string(c.op()) + ": output size does not match the reduction");
   if (p.inner_n == 0 && c.row.code >= 3)
@@ -115,7 +95,7 @@ void reduce_impl(Call& c) {
     // a workgroup per column, 15% with one 4-column strip per invocation
     // down all rows, 33-43% now).
     const int64_t cols = p.outer_n, rows = p.inner_n;
-    const bool cpu = cpu_device(c);
+    const bool cpu = c.cpu_device();
     const int32_t cv = cpu ? 4 : 1;  // 4-column groups per invocation
     const int64_t gpc = ceil_div(cols, 4 * kWG * cv);  // workgroups per chunk
     int64_t P = cpu ? std::min<int64_t>(256, ceil_div(rows, 32))
@@ -202,7 +182,7 @@ void argreduce_impl(Call& c) {
   Operand x = bind(c, c.in[0], in, d, false);
   Operand o = bind_dense(c, c.out[0], n_out, BP_DTYPE_I64, true);
   Args a;
-  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset, true, cpu_device(c));
+  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset, true, c.cpu_device());
   a.i32(ap.select_last_index ? 1 : 0);
   if (p.inner_n == 0) fail(BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": reduction over an empty dim");
   auto pipeline = [&](uint32_t mode) -> const Pipeline& {
@@ -297,7 +277,7 @@ void norm_impl(Call& c) {
     o2.binding.handle = 0;  // same buffer as o: tracked once
     w = b = bind_dummy(c);
   }
-  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset, true, cpu_device(c));
+  RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset, true, c.cpu_device());
   a.i32((have_w ? 1 : 0) | (have_b ? 2 : 0));
   a.i32(o2.offset);
   a.i32(w.offset);

@@ -127,14 +127,29 @@ void Memory::destroy() {
   dev_ = nullptr;
 }
 
-Block* Memory::new_block(uint64_t size) {
-  auto b = std::make_unique<Block>();
+// A buffer covering a whole block (every operand usage, a device address).
+VkBuffer Memory::block_buffer(uint64_t size, const void* next, const char* what) const {
   VkBufferCreateInfo bci{};
   bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+  bci.pNext = next;
   bci.size = size;
   bci.usage = kBlockUsage;
   bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-  vk_check(vkCreateBuffer(dev_->dev, &bci, nullptr, &b->buffer), "vkCreateBuffer (memory block)");
+  VkBuffer buffer = VK_NULL_HANDLE;
+  vk_check(vkCreateBuffer(dev_->dev, &bci, nullptr, &buffer), what);
+  return buffer;
+}
+
+uint64_t Memory::address_of(VkBuffer buffer) const {
+  VkBufferDeviceAddressInfo ai{};
+  ai.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO;
+  ai.buffer = buffer;
+  return dev_->get_buffer_address(dev_->dev, &ai);
+}
+
+Block* Memory::new_block(uint64_t size) {
+  auto b = std::make_unique<Block>();
+  b->buffer = block_buffer(size, nullptr, "vkCreateBuffer (memory block)");
   VkMemoryRequirements req{};
   vkGetBufferMemoryRequirements(dev_->dev, b->buffer, &req);
   VkMemoryAllocateInfo mai{};
@@ -157,10 +172,7 @@ Block* Memory::new_block(uint64_t size) {
     vkFreeMemory(dev_->dev, b->memory, nullptr);
     vk_check(r, "vkBindBufferMemory");
   }
-  VkBufferDeviceAddressInfo ai{};
-  ai.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO;
-  ai.buffer = b->buffer;
-  b->address = dev_->get_buffer_address(dev_->dev, &ai);
+  b->address = address_of(b->buffer);
   if (b->address % 64 != 0) {
     // Operand windows are 64-byte aligned within a block, and the shaders
     // declare their references 16-byte aligned (shaders/dtypes.glsl).
@@ -241,13 +253,7 @@ bp_buffer Memory::import_host(void* ptr, uint64_t size) {
   VkExternalMemoryBufferCreateInfo ext{};
   ext.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO;
   ext.handleTypes = kHostAllocation;
-  VkBufferCreateInfo bci{};
-  bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
-  bci.pNext = &ext;
-  bci.size = span;
-  bci.usage = kBlockUsage;
-  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-  vk_check(vkCreateBuffer(dev_->dev, &bci, nullptr, &b->buffer), "vkCreateBuffer (imported host memory)");
+  b->buffer = block_buffer(span, &ext, "vkCreateBuffer (imported host memory)");
   VkMemoryRequirements req{};
   vkGetBufferMemoryRequirements(dev_->dev, b->buffer, &req);
   // A device-local, host-visible, coherent type: host memory that is the
@@ -294,10 +300,7 @@ bp_buffer Memory::import_host(void* ptr, uint64_t size) {
          "vulkan: " + dn + " refused to import " + std::to_string(span) + " bytes of host memory at " + hex(start) + " (" +
              vk_result_name(r) + ")");
   }
-  VkBufferDeviceAddressInfo ai{};
-  ai.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO;
-  ai.buffer = b->buffer;
-  b->address = dev_->get_buffer_address(dev_->dev, &ai);
+  b->address = address_of(b->buffer);
   if (b->address % 64 != 0) {
     // As for blocks: operand windows are 64-byte aligned from this address.
     release();

@@ -83,6 +83,8 @@ class Memory {
 
  private:
   Block* new_block(uint64_t size);
+  VkBuffer block_buffer(uint64_t size, const void* next, const char* what) const;
+  uint64_t address_of(VkBuffer buffer) const;
   uint32_t add_block(std::unique_ptr<Block> b);  // its index in blocks_
   void staged_copy(VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t size);
 
