@@ -444,9 +444,7 @@ Response Service::batch(State& st, const Batch& b) {
     int64_t failed_call = -1;
     // A timed batch: each device that can times its calls (ABI 1.3).
     auto timed = [&](const ServedDevice& d) {
-      const auto* api = d.plugin->api();
-      return b.timed() && has_field(api, &bp_plugin_api::call_device_times) && api->begin_timed &&
-             api->call_device_times;
+      return b.timed() && times_calls(d.plugin->api());
     };
     for (auto dev : used) {
       auto& d = *devices_[dev];

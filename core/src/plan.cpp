@@ -1007,11 +1007,7 @@ void Plan::Impl::execute() {
   // (the text is built only when there is an error).
   // ABI 1.3: a profiled run asks each device that can for its own time of
   // every kernel call since begin_timed().
-  auto timed = [&](size_t d) {
-    const bp_plugin_api* api = p.devs[d].plugin->api();
-    return p.profile && has_field(api, &bp_plugin_api::call_device_times) && api->begin_timed &&
-           api->call_device_times;
-  };
+  auto timed = [&](size_t d) { return p.profile && times_calls(p.devs[d].plugin->api()); };
   auto read_device_times = [&](size_t d) {
     if (!timed(d) || p.calls[d].empty()) return;
     std::vector<uint64_t> ns(p.calls[d].size(), UINT64_MAX);
@@ -1030,7 +1026,7 @@ void Plan::Impl::execute() {
     bp_error* err = api->synchronize(p.devs[d].handle);
     if (p.profile) p.sync_seconds[d] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!err) {
-      if (p.profile) read_device_times(d);
+      read_device_times(d);
       return;
     }
     // ABI 1.2: the plugin may say which kernel call's work failed; name its
@@ -1298,7 +1294,7 @@ std::vector<Plan::StepTime> Plan::profile() const {
   for (size_t s = 0; s < impl_->steps.size(); ++s) {
     const Step& st = impl_->steps[s];
     out.push_back({st.what, impl_->devs[st.dev].device->name(), st.transfer, impl_->step_seconds[s], st.node, st.op,
-                   s < impl_->step_device_seconds.size() ? impl_->step_device_seconds[s] : -1.0});
+                   impl_->step_device_seconds[s]});
   }
   for (size_t d = 0; d < impl_->devs.size(); ++d)
     if (impl_->devs[d].plugin->api()->synchronize && d < impl_->sync_seconds.size())

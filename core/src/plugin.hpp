@@ -65,6 +65,12 @@ template <typename T> bool has_field(const bp_plugin_api* api, T bp_plugin_api::
   return api->struct_size >= offset + sizeof(T);
 }
 
+// Whether a plugin times its kernel calls on the device (ABI 1.3
+// begin_timed and call_device_times, set together).
+inline bool times_calls(const bp_plugin_api* api) {
+  return has_field(api, &bp_plugin_api::call_device_times) && api->begin_timed && api->call_device_times;
+}
+
 // Reads the table a plugin API registers.
 std::vector<KernelInfo> kernels_of(const bp_plugin_api* api);
 

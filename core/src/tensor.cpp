@@ -54,8 +54,7 @@ std::shared_ptr<Cell> import_cell(const std::shared_ptr<Runtime::Impl>& rt, Devi
   if (!plugin.loaded()) throw Error("device '" + dev.name() + "': its plugin is not loaded");
   const bp_plugin_api* api = plugin.api();
   const bp_device_info& info = DeviceAccess::info(dev);
-  if (info.memory_kind == BP_MEMORY_DEVICE ||
-      !has_field(api, &bp_plugin_api::buffer_import_host) || !api->buffer_import_host)
+  if (!dev.imports_host_memory())
     throw Error("device '" + dev.name() + "' cannot use host memory in place (its plugin imports none); upload it",
                 BP_ERR_UNIMPLEMENTED);
   // The device may want more alignment than the elements have: import from
