@@ -1003,6 +1003,8 @@ void Plan::Impl::execute() {
   std::vector<char> pending(p.devs.size(), 0);
   p.calls.resize(p.devs.size());
   p.sync_seconds.assign(p.devs.size(), 0.0);
+  // This run's device times only (a call not measured now shows none).
+  if (p.profile) std::fill(p.step_device_seconds.begin(), p.step_device_seconds.end(), -1.0);
   // `what` names the step for an error; nullptr: the run on that device
   // (the text is built only when there is an error).
   // ABI 1.3: a profiled run asks each device that can for its own time of
