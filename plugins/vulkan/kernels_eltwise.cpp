@@ -25,7 +25,8 @@ struct In {
 // constant 1 (MODE in shaders/eltwise.glsl); spec holds constant 0 at most.
 void eltwise_dispatch(Call& c, std::string shader_name, std::vector<int32_t> spec, bool fast_mode,
                       const std::vector<In>& ins, const bp_storage& out, const bp_layout& ol, bp_dtype odt,
-                      const Args& params, uint64_t out_extra_bytes = 0, bool two_d_mode = false) {
+                      const Args& params, uint64_t out_extra_bytes = 0, bool two_d_mode = false,
+                      bool fast_module = false) {
   const int64_t n = numel(ol);
   if (n == 0) return;
   BPVK_CHECK(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
@@ -111,10 +112,10 @@ void eltwise_dispatch(Call& c, std::string shader_name, std::vector<int32_t> spe
     }
     spec.resize(2, 0);
     spec[1] = static_cast<int32_t>(mode);
-    // binary and compare have a module holding the fast path alone, which
-    // lavapipe compiles ~5x sooner (shaders/binary.comp: FAST_ONLY).
-    const bool fast_modules = two_d_mode && shader_name.find("_pow") == std::string::npos;  // binary, compare
-    if ((mode & 1u) && fast_modules) shader_name += "_fast";
+    // fast_module: the shader has a module holding the fast path alone
+    // (<name>_fast), which lavapipe compiles ~5x sooner (binary, compare:
+    // shaders/binary.comp FAST_ONLY).
+    if ((mode & 1u) && fast_module) shader_name += "_fast";
   }
   const Pipeline& p = c.dev.pipelines.get(shader_name, spec, static_cast<uint32_t>(bindings.size()));
   const bool block = fast_mode && (spec[1] & 65536) != 0;
@@ -130,7 +131,7 @@ void binary_impl(Call& c) {
   // so the other ops' pipelines compile without it.
   const bool pw = family == "binary" && c.row.code == 6;
   eltwise_dispatch(c, shader(family, d) + (pw ? "_pow" : ""), {c.row.code % 100}, true,
-                   {{&c.in[0], &c.lin(0), d}, {&c.in[1], &c.lin(1), d}}, c.out[0], c.lout(), od, Args{}, 0, true);
+                   {{&c.in[0], &c.lin(0), d}, {&c.in[1], &c.lin(1), d}}, c.out[0], c.lout(), od, Args{}, 0, true, !pw);
 }
 
 enum UnaryOp {

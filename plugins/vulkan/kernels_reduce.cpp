@@ -11,10 +11,11 @@ namespace {
 
 // The reduce/norm shader of dtype d: the subgroup-shuffle variant
 // (shaders/rows.glsl: SG) for float-computed dtypes where the device has it.
+bool has_sg_variant(const Call& c, bp_dtype d) {
+  return c.dev.features.subgroup_shuffle && (d == BP_DTYPE_F32 || d == BP_DTYPE_F16 || d == BP_DTYPE_BF16);
+}
 std::string rows_shader(const Call& c, const char* family, bp_dtype d) {
-  const bool sg = c.dev.features.subgroup_shuffle &&
-                  (d == BP_DTYPE_F32 || d == BP_DTYPE_F16 || d == BP_DTYPE_BF16);
-  return shader(family, d) + (sg ? "_sg" : "");
+  return shader(family, d) + (has_sg_variant(c, d) ? "_sg" : "");
 }
 // The module of a row plan's mode: the subgroup-per-row mode (4) is a module
 // of its own (_row; its rows of 4-vectors, RVEC, _row4), as are the columns
@@ -44,9 +45,7 @@ bool rows_aligned4(const RowPlan& p, int64_t in_off) {
 // copy roof) sum over dim -1 went from ~49% (an invocation per row) to
 // 50-60%, softmax from 13% to 36-45%, var_mean from 15% to 33-46%.
 bool use_subgroup_rows(const Call& c, bp_dtype d, const RowPlan& p) {
-  const bool sg = c.dev.features.subgroup_shuffle &&
-                  (d == BP_DTYPE_F32 || d == BP_DTYPE_F16 || d == BP_DTYPE_BF16);
-  return sg && c.cpu_device() && p.inner_n >= 32 && p.outer_n >= 256;
+  return has_sg_variant(c, d) && c.cpu_device() && p.inner_n >= 32 && p.outer_n >= 256;
 }
 void plan_subgroup_rows(const Call& c, RowPlan& p, int64_t in_off) {
   const int64_t per_group = std::max<int64_t>(1, kWG / subgroup_size(c));
