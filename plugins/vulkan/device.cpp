@@ -88,6 +88,7 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
       const bool graphics = qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT;
       if (compute && (pass == 1 || !graphics)) {
         queue_family = i;
+        timestamp_bits = qf[i].timestampValidBits;
         found = true;
         break;
       }

@@ -39,6 +39,7 @@ class Device {
   VkDevice dev = VK_NULL_HANDLE;
   VkQueue queue = VK_NULL_HANDLE;
   uint32_t queue_family = 0;
+  uint32_t timestamp_bits = 0;  // that family's timestampValidBits (0: no timestamps)
   VkPhysicalDeviceProperties props{};
   VkPhysicalDeviceMemoryProperties mem_props{};
   Features features;

@@ -21,11 +21,7 @@ void Exec::init(Device* dev) {
   dev_ = dev;
   // Timestamps: the queue family's timestampValidBits decides (0: none);
   // timestampComputeAndGraphics only promises them on every compute queue.
-  uint32_t n = 0;
-  vkGetPhysicalDeviceQueueFamilyProperties(dev->phys, &n, nullptr);
-  std::vector<VkQueueFamilyProperties> families(n);
-  vkGetPhysicalDeviceQueueFamilyProperties(dev->phys, &n, families.data());
-  const uint32_t bits = dev->queue_family < n ? families[dev->queue_family].timestampValidBits : 0;
+  const uint32_t bits = dev->timestamp_bits;
   timestamp_mask_ = bits == 0 ? 0 : bits >= 64 ? ~0ull : (1ull << bits) - 1;
   timestamp_period_ = dev->props.limits.timestampPeriod > 0 ? dev->props.limits.timestampPeriod : 1.0;
   if (!timestamp_mask_)
