@@ -14,6 +14,20 @@
 // specialization constant 3, is k, so every index into the array is a
 // constant and the array lives in registers; most elements fail the first
 // comparison, against the K-th best).
+// TOPK_WGMERGE (k <= 16, few rows or a GPU; only in the variant
+// topk_<dtype>_wgmerge, neither other form in it): one workgroup of 64 per
+// row in one pass. Invocation t keeps the best K of its elements t, t + WG,
+// t + 2 WG, ... in K named register slots of rank keys (as the one-pass form;
+// 64-bit keys for f64 and i64), sorted; then the WG sorted lists are merged
+// in shared memory by a pairwise tree (log2(WG) steps, each list pair's top
+// K taken in K constant-index picks). An empty slot (an invocation with
+// fewer than K elements) holds the lowest key and index 0x7fffffff, so it
+// ranks after every element. WG 64: the lists take WG * 16 keys and indices
+// of shared memory, 12 KiB with 64-bit keys (16 KiB is all a device must
+// offer).
+#if defined(TOPK_WGMERGE) && !defined(WG)
+#define WG 64
+#endif
 #include "common.glsl"
 #include "rows.glsl"
 
@@ -24,10 +38,11 @@ DECL_RW1(3, ov, IN_DT)
 DECL_RAW(4, oi, ivec2)
 
 #define CT CTYPE(IN_DT)
+bool largest;
+#ifndef TOPK_WGMERGE
 shared CT shv[WG];
 shared int shi[WG];
 
-bool largest;
 // Whether (va, ia) ranks before (vb, ib); index -1 = nothing (ranks last).
 bool before(CT va, int ia, CT vb, int ib) {
   if (ib < 0) return ia >= 0;
@@ -42,6 +57,7 @@ bool before(CT va, int ia, CT vb, int ib) {
   if (va != vb) return largest ? va > vb : va < vb;
   return ia < ib;
 }
+#endif
 
 layout(constant_id = 3) const int K = 1;
 
@@ -56,7 +72,31 @@ KT rank_key(CT v) {
 #define KT int
 KT rank_key(CT v) { return largest ? v : ~v; }
 #endif
-#ifdef KT
+#ifdef TOPK_WGMERGE
+// 64-bit keys (the merge form only): f64 as two words, high first, made
+// monotonic as the 32-bit float key (NaN highest, -0 as +0); i64 as it is.
+#if defined(IN_DC)
+#define KT uvec2
+KT rank_key(CT v) {
+  const uvec2 u = v == 0.0LF ? uvec2(0u) : unpackDouble2x32(v).yx;
+  const uvec2 k = isnan(v) ? uvec2(0xffffffffu) : (u.x & 0x80000000u) != 0u ? ~u : uvec2(u.x | 0x80000000u, u.y);
+  return largest ? k : ~k;
+}
+bool key_gt(KT a, KT b) { return a.x != b.x ? a.x > b.x : a.y > b.y; }
+#define KEY_NONE uvec2(0u)
+#elif defined(IN_LC)
+#define KT int64_t
+KT rank_key(CT v) { return largest ? v : ~v; }
+#define KEY_NONE (-9223372036854775807L - 1L)
+#elif defined(IN_FC)
+#define KEY_NONE 0u
+#else
+#define KEY_NONE (-2147483647 - 1)
+#endif
+#ifndef IN_DC
+bool key_gt(KT a, KT b) { return a > b; }
+#endif
+#elif defined(KT)
 // Orders the pair (a before b) when b's key is higher.
 void key_swap(inout KT ka, inout int xa, inout KT kb, inout int xb) {
   const bool s = kb > ka;
@@ -66,6 +106,65 @@ void key_swap(inout KT ka, inout int xa, inout KT kb, inout int xb) {
   xa = s ? xb : xa;
   kb = s ? tk : kb;
   xb = s ? tx : xb;
+}
+#endif
+
+#ifdef TOPK_WGMERGE
+#define NONE_X 0x7fffffff
+shared KT mk[WG * 16];
+shared int mx[WG * 16];
+// This invocation's best K, best first (k0/x0); named slots, every index a
+// constant (registers), the guards on K constants after specialization.
+KT k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, k12, k13, k14, k15;
+int x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15;
+// Whether (ka, xa) ranks before (kb, xb): the higher key, then the lower index.
+bool key_before(KT ka, int xa, KT kb, int xb) { return key_gt(ka, kb) || (ka == kb && xa < xb); }
+void rank_swap(inout KT ka, inout int xa, inout KT kb, inout int xb) {
+  const bool s = key_before(kb, xb, ka, xa);
+  const KT tk = ka;
+  const int tx = xa;
+  ka = s ? kb : ka;
+  xa = s ? xb : xa;
+  kb = s ? tk : kb;
+  xb = s ? tx : xb;
+}
+#define WM_SET(j) if (K - 1 == j) { k##j = kv; x##j = i; }
+#define WM_SWAP(a, b) if (K > b) rank_swap(k##a, x##a, k##b, x##b);
+// (kv, i) replaces the K-th best (the caller saw it rank before it) and
+// moves up to its place. The full order (key, then index): an element equal
+// to an empty slot's key goes before it.
+void insert(KT kv, int i) {
+  WM_SET(0) WM_SET(1) WM_SET(2) WM_SET(3) WM_SET(4) WM_SET(5) WM_SET(6) WM_SET(7)
+  WM_SET(8) WM_SET(9) WM_SET(10) WM_SET(11) WM_SET(12) WM_SET(13) WM_SET(14) WM_SET(15)
+  WM_SWAP(14, 15) WM_SWAP(13, 14) WM_SWAP(12, 13) WM_SWAP(11, 12) WM_SWAP(10, 11) WM_SWAP(9, 10) WM_SWAP(8, 9)
+  WM_SWAP(7, 8) WM_SWAP(6, 7) WM_SWAP(5, 6) WM_SWAP(4, 5) WM_SWAP(3, 4) WM_SWAP(2, 3) WM_SWAP(1, 2) WM_SWAP(0, 1)
+}
+// The K-th key: the bar to enter.
+KT kth() {
+  return (K - 1 == 15 ? k15 : (K - 1 == 14 ? k14 : (K - 1 == 13 ? k13 : (K - 1 == 12 ? k12 : (K - 1 == 11 ? k11 : (K - 1 == 10 ? k10 : (K - 1 == 9 ? k9 : (K - 1 == 8 ? k8 : (K - 1 == 7 ? k7 : (K - 1 == 6 ? k6 : (K - 1 == 5 ? k5 : (K - 1 == 4 ? k4 : (K - 1 == 3 ? k3 : (K - 1 == 2 ? k2 : (K - 1 == 1 ? k1 : k0)))))))))))))));
+}
+#define WM_STORE(j) if (K > j) { mk[at + j] = k##j; mx[at + j] = x##j; }
+// The slots into shared memory at `at`.
+void store_list(int at) {
+  WM_STORE(0) WM_STORE(1) WM_STORE(2) WM_STORE(3) WM_STORE(4) WM_STORE(5) WM_STORE(6) WM_STORE(7)
+  WM_STORE(8) WM_STORE(9) WM_STORE(10) WM_STORE(11) WM_STORE(12) WM_STORE(13) WM_STORE(14) WM_STORE(15)
+}
+// Pick j of a merge: the better head of the lists at a and b. Neither head
+// passes its list's end: after j picks, each list gave at most j < K.
+#define WM_PICK(j)                                          \
+  if (K > j) {                                              \
+    const KT ka = mk[a], kb = mk[b];                        \
+    const int xa = mx[a], xb = mx[b];                       \
+    const bool t = key_before(ka, xa, kb, xb);              \
+    k##j = t ? ka : kb;                                     \
+    x##j = t ? xa : xb;                                     \
+    a += t ? 1 : 0;                                         \
+    b += t ? 0 : 1;                                         \
+  }
+// The top K of the sorted lists at a and b (shared memory) into the slots.
+void merge_lists(int a, int b) {
+  WM_PICK(0) WM_PICK(1) WM_PICK(2) WM_PICK(3) WM_PICK(4) WM_PICK(5) WM_PICK(6) WM_PICK(7)
+  WM_PICK(8) WM_PICK(9) WM_PICK(10) WM_PICK(11) WM_PICK(12) WM_PICK(13) WM_PICK(14) WM_PICK(15)
 }
 #endif
 
@@ -366,6 +465,71 @@ void main() {
     return;
 #endif
   }
+#elif defined(TOPK_WGMERGE)
+  const int row = int(group_linear());
+  if (row >= rows) return;
+  largest = A(RPARAMS + 1) != 0;
+  const int vo = A(RPARAMS + 2), io = A(RPARAMS + 3), ost = A(RPARAMS + 4);
+  int ib, ob;
+  row_offsets(R_OUTER, row, ib, ob);
+  const int base = IN_OFF + ib;
+  const bool simple = A(R_INNER) == 1;
+  const int st = A(R_INNER + 9);
+  k0 = k1 = k2 = k3 = k4 = k5 = k6 = k7 = k8 = k9 = k10 = k11 = k12 = k13 = k14 = k15 = KEY_NONE;
+  x0 = x1 = x2 = x3 = x4 = x5 = x6 = x7 = x8 = x9 = x10 = x11 = x12 = x13 = x14 = x15 = NONE_X;
+  // Blocks of 16 elements (t, t + WG, ...) as in the one-pass form: the keys
+  // compared with the bar (the K-th key) first, the few above it inserted
+  // after, in a loop that every lane leaves at once when none is. An
+  // element equal to the bar does not enter (the one there has a lower
+  // index). The first block's first K elements enter whatever their key
+  // (each goes before an empty slot, which an equal key would not pass);
+  // one call of insert() in all (lavapipe's compile time grows with every
+  // copy).
+  KT kt = KEY_NONE;
+  for (int i0 = int(lid); i0 < n; i0 += 16 * WG) {
+    const bool first = i0 == int(lid);
+    uint pend = 0u;
+    for (int e = 0; e < 16; ++e) {
+      const int i = min(i0 + e * WG, n - 1);
+      int ii = i * st, iu;
+      if (!simple) row_offsets(R_INNER, i, ii, iu);
+      pend |= (i0 + e * WG < n && ((first && e < K) || key_gt(rank_key(LD(IN_DT, x.v[base + ii])), kt))) ? 1u << e : 0u;
+    }
+    while (pend != 0u) {
+      const int e = findLSB(pend);
+      const int i = i0 + e * WG;
+      pend &= pend - 1u;
+      int ii = i * st, iu;
+      if (!simple) row_offsets(R_INNER, i, ii, iu);
+      const KT kv = rank_key(LD(IN_DT, x.v[base + ii]));
+      if (!(first && e < K) && !key_gt(kv, kt)) continue;  // the bar rose since
+      insert(kv, i);
+      kt = kth();
+    }
+  }
+  // The tree merge: at step s, invocation t (a multiple of 2s) merges its
+  // list with list t + s into its own place (no other invocation reads or
+  // writes list t in that step).
+  const int me = int(lid) * K;
+  store_list(me);
+  for (int s = 1; s < WG; s <<= 1) {
+    barrier();
+    if ((int(lid) & (2 * s - 1)) == 0) {
+      merge_lists(me, me + s * K);
+      store_list(me);
+    }
+  }
+  if (lid != 0u) return;
+  // The values read back by index (the element itself: -0 stays -0).
+#define WM_OUT(j)                                                            \
+  if (K > j) {                                                               \
+    int ii = x##j * st, iu;                                                  \
+    if (!simple) row_offsets(R_INNER, x##j, ii, iu);                         \
+    ov.v[vo + ob + j * ost] = x.v[base + ii];                                \
+    oi.v[io + ob + j * ost] = ivec2(x##j, 0);                                \
+  }
+  WM_OUT(0) WM_OUT(1) WM_OUT(2) WM_OUT(3) WM_OUT(4) WM_OUT(5) WM_OUT(6) WM_OUT(7)
+  WM_OUT(8) WM_OUT(9) WM_OUT(10) WM_OUT(11) WM_OUT(12) WM_OUT(13) WM_OUT(14) WM_OUT(15)
 #else
   const int row = int(group_linear());
   if (row >= rows) return;
