@@ -104,17 +104,25 @@ void topk_impl(Call& c) {
   a.i32(ov.offset);
   a.i32(oi.offset);
   a.i32(rank == 0 ? 0 : os[dim]);
-  // On a CPU device with many rows and a small k: one pass per row in one
-  // invocation (shaders/topk.comp, RMODE 1) instead of k workgroup passes.
-  // The array's size is k (specialization constant 3), so it lives in
-  // registers.
-  if (c.cpu_device() && tp.k <= 16 && p.outer_n >= 1024) {
-    p.mode = 1;
-    p.groups = ceil_div(p.outer_n, 256);
-    const std::vector<int32_t> spec = {0, 1, 0, static_cast<int32_t>(tp.k)};
+  // k <= 16 (specialization constant 3, so the best k live in registers):
+  // one pass over each row (shaders/topk.comp), not the k passes of the
+  // k-round form. On a CPU device with many rows, one invocation per row
+  // (topk_<dt>_onepass, RMODE 1): each lane streams its own row with no
+  // barrier. Else (few rows on a CPU device, where that form would leave
+  // most lanes idle; every shape on a GPU, which wants a row's elements read
+  // by neighbouring lanes together) one workgroup per row
+  // (topk_<dt>_wgmerge): each invocation keeps the best k of its strided
+  // share, then the workgroup merges them. k > 16 (beyond the register
+  // slots): the k-round form, one workgroup per row.
+  if (tp.k <= 16) {
+    const bool onepass = c.cpu_device() && p.outer_n >= 1024;
+    p.mode = onepass ? 1 : 0;
+    p.groups = onepass ? ceil_div(p.outer_n, 256) : p.outer_n;
+    const std::vector<int32_t> spec = {0, static_cast<int32_t>(p.mode), 0, static_cast<int32_t>(tp.k)};
     const Binding bs[] = {x.binding, ov.binding, oi.binding};
-    c.dev.exec.dispatch(c.dev.pipelines.get(shader("topk", d) + "_onepass", spec, 3), bs, a.w, static_cast<uint32_t>(p.outer_n),
-                        p.mode, p.groups, c.op());
+    const std::string name = shader("topk", d) + (onepass ? "_onepass" : "_wgmerge");
+    c.dev.exec.dispatch(c.dev.pipelines.get(name, spec, 3), bs, a.w, static_cast<uint32_t>(p.outer_n), p.mode,
+                        p.groups, c.op());
     return;
   }
   dispatch_rows(c, shader("topk", d), {}, {x.binding, ov.binding, oi.binding}, a, p);
