@@ -167,6 +167,20 @@ std::vector<Case> all_cases(const std::string& filter) {
     c.graph.output("i");
     cases.push_back(std::move(c));
   }
+  // Few long rows (a workgroup per row on a Vulkan device); bytes read as
+  // the roof basis, as topk8_dim-1.
+  if (want("topk8_long")) {
+    const Shape shape{8, int64_t{1} << 21};
+    Case c = unary_case("topk8_long", "topk", shape, {{"k", 8}, {"dim", -1}}, 0);
+    c.graph = Graph();
+    c.graph.input("x", BP_DTYPE_F32, shape);
+    c.graph.node("t", "topk", {"x"}, {{"k", 8}, {"dim", -1}});
+    c.graph.node("v", "view", {"t"}, {{"slot", 0}});
+    c.graph.node("i", "view", {"t"}, {{"slot", 1}});
+    c.graph.output("v");
+    c.graph.output("i");
+    cases.push_back(std::move(c));
+  }
   if (want("var_mean_dim-1")) {
     Case c = unary_case("var_mean_dim-1", "var_mean", {M, M}, {}, 2.0 * M);
     c.graph = Graph();
