@@ -84,6 +84,8 @@ int cmd_demo(const Args& in) {
   Args args = in;
   const std::string only = take_option(args, "--device", "all");
   const int iters = std::stoi(take_option(args, "--iters", "20"));
+  CompileOptions copts;
+  copts.prepare = !take_switch(args, "--no-prepare");  // the first run then compiles the pipelines
   reject_leftovers(args);
 
   std::mt19937 rng(2024);
@@ -113,7 +115,7 @@ int cmd_demo(const Args& in) {
     std::printf("%-9s %-5s %s\n", dev->name().c_str(), dev->kind().c_str(), dev->description().c_str());
     try {
       const auto t0 = std::chrono::steady_clock::now();
-      Plan plan = rt->compile(graph, *dev);
+      Plan plan = rt->compile(graph, *dev, copts);
       const auto t1 = std::chrono::steady_clock::now();
       auto out = plan.run({{"x", x}});
       const auto t2 = std::chrono::steady_clock::now();

@@ -52,8 +52,10 @@ commands:
                                         run a graph file; outputs go to DIR/<name>.npy;
                                         LIST: devices in order of preference (acme0,cpu) or auto;
                                         --explain shows where each node runs and every transfer
-  demo [--device NAME|all]              the main job: a Mamba-style block on built-in data,
-                                        on every device, cross-checked, timed
+  demo [--device NAME|all] [--no-prepare]
+                                        the main job: a Mamba-style block on built-in data,
+                                        on every device, cross-checked, timed (--no-prepare:
+                                        devices set up at the first run, not at compile)
   conformance --plugin NAME|MANIFEST [--json REPORT] [--filter OP] [--quick]
               [--compare DEVICE] [--fallback DEVICE] [--strict]
                                         the plugin conformance suite; vendor ops are

@@ -150,6 +150,7 @@ struct Plan::Impl {
   void set_input(const std::string& name, const void* data, uint64_t bytes);
   void set_input(const std::string& name, const Tensor& t);
   void execute();
+  void prepare();
   HostTensor output(const std::string& name) const;
   const Value& readable(const std::string& name) const;
   int input_index(const std::string& name) const;
@@ -751,6 +752,7 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
     p.stats.placement_seconds = std::chrono::duration<double>(t1 - t0).count();
     p.stats.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     for (auto& d : p.devs) d.ctx.host = &impl_->host;
+    if (options.prepare) p.prepare();
     return plan;
   } catch (const std::bad_alloc&) {
     throw Error("compile: out of host memory (the graph's shapes need more than this machine has)",
@@ -989,6 +991,29 @@ void Plan::execute() {
     impl_->execute();
   } catch (const std::bad_alloc&) {
     throw Error("running the plan: out of host memory", BP_ERR_OUT_OF_MEMORY);
+  }
+}
+
+// ABI 1.4: one preparing run per device that has begin_prepare, calling its
+// kernels with the plan's own arguments; nothing runs. An error here is
+// dropped: the real run meets it again and names its node.
+void Plan::Impl::prepare() {
+  for (size_t d = 0; d < devs.size(); ++d) {
+    const Plugin& plugin = *devs[d].plugin;
+    const bp_plugin_api* api = plugin.api();
+    if (!prepares_calls(api)) continue;
+    if (bp_error* err = api->begin_prepare(devs[d].handle)) {
+      plugin.take_error(err);
+      continue;
+    }
+    for (const Step& st : steps) {
+      if (st.transfer || static_cast<size_t>(st.dev) != d) continue;
+      auto ctx = devs[d].ctx;
+      ctx.kernel_index = static_cast<uint32_t>(st.kernel);
+      if (bp_error* err = st.fn(&ctx, st.in_st.data(), st.in_st.size(), &st.out_st, 1, st.layouts.data(), &st.params))
+        plugin.take_error(err);
+    }
+    if (bp_error* err = api->synchronize(devs[d].handle)) plugin.take_error(err);
   }
 }
 

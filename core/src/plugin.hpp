@@ -71,6 +71,12 @@ inline bool times_calls(const bp_plugin_api* api) {
   return has_field(api, &bp_plugin_api::call_device_times) && api->begin_timed && api->call_device_times;
 }
 
+// Whether a plugin prepares a plan's kernel calls when it is compiled (ABI
+// 1.4 begin_prepare).
+inline bool prepares_calls(const bp_plugin_api* api) {
+  return has_field(api, &bp_plugin_api::begin_prepare) && api->begin_prepare && api->synchronize;
+}
+
 // Reads the table a plugin API registers.
 std::vector<KernelInfo> kernels_of(const bp_plugin_api* api);
 

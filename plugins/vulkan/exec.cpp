@@ -99,9 +99,11 @@ void Exec::reset_stream(Stream& s) {
   s.read.clear();
   s.n_dispatches = 0;
   s.pending.clear();
+  s.prepare = false;
+  s.prepared.clear();
 }
 
-void Exec::begin(bool timed) {
+void Exec::begin(bool timed, bool prepare) {
   const auto tid = std::this_thread::get_id();
   Stream* s = nullptr;
   if (auto it = active_.find(tid); it != active_.end()) {
@@ -123,6 +125,7 @@ void Exec::begin(bool timed) {
   }
   s->recording = true;
   s->timed = timed;
+  s->prepare = prepare;
 }
 
 void Exec::ensure_begun() {
@@ -229,7 +232,19 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
   Stream& s = current();
   BPVK_CHECK(operands.size() == p.n_operands && operands.size() <= kMaxOperands, BP_ERR_INTERNAL,
              "vulkan: operand count mismatch");
-  if (groups == 0) return;
+  if (groups == 0 && !s.prepare) return;
+  // A preparing run (begin_prepare, ABI 1.4) records one dispatch of no
+  // workgroups per pipeline, and synchronize() submits them as a run's: it
+  // waits for the compiles, and the driver makes whatever it makes at a
+  // pipeline's first dispatch (lavapipe compiles its machine code there: a
+  // first run of the demo took ~5x a steady one with only the compiles
+  // done ahead, ~1.5x with this too). No workgroup runs, so no buffer is read
+  // or written.
+  if (s.prepare) {
+    if (std::find(s.prepared.begin(), s.prepared.end(), &p) != s.prepared.end()) return;
+    s.prepared.push_back(&p);
+    groups = 0;
+  }
 
   // Hazards: read-after-write, write-after-write and write-after-read on the
   // same bp buffer since the last barrier need a compute->compute barrier.
@@ -263,7 +278,7 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
 
   // Fold the grid so every dimension stays within maxComputeWorkGroupCount.
   const auto* mx = dev_->props.limits.maxComputeWorkGroupCount;
-  uint64_t gx = groups, gy = 1, gz = 1;
+  uint64_t gx = groups, gy = groups ? 1 : 0, gz = groups ? 1 : 0;
   if (gx > mx[0]) {
     gx = mx[0];
     gy = (groups + gx - 1) / gx;
@@ -518,6 +533,14 @@ bp_error* api_begin_timed(bp_device* device) {
     Device& d = Device::from(device);
     std::lock_guard<std::mutex> lock(d.mu);
     d.exec.begin(true);
+  });
+}
+
+bp_error* api_begin_prepare(bp_device* device) {
+  return sdk::guard([&] {
+    Device& d = Device::from(device);
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.exec.begin(false, true);
   });
 }
 

@@ -7,7 +7,10 @@
 // command buffer from the list, submits once, waits on the stream's fence and
 // turns the device error words into a bp_error. A run begun with
 // begin_timed() also writes a timestamp before and after each kernel call's
-// dispatches (ABI 1.3 call_device_times).
+// dispatches (ABI 1.3 call_device_times). A run begun with begin_prepare()
+// (ABI 1.4, when the host compiles a plan) records one empty dispatch (no
+// workgroups) per pipeline: its synchronize() waits for their compiles and
+// lets the driver do its first-dispatch work, and nothing runs.
 //
 // Locking: every entry point runs under Device::mu except the fence wait in
 // synchronize(), so threads record concurrently-safe and wait in parallel.
@@ -72,6 +75,8 @@ struct Stream {
   VkFence fence = VK_NULL_HANDLE;
   bool recording = false;  // begun and not yet synchronized
   bool timed = false;      // begun with begin_timed()
+  bool prepare = false;    // begun with begin_prepare(): empty dispatches only
+  std::vector<const Pipeline*> prepared;  // a preparing run's pipelines, each dispatched once
   uint32_t n_dispatches = 0;
   std::vector<PendingDispatch> pending;
   VkQueryPool queries = VK_NULL_HANDLE;  // timestamps: the start, then 1 per kernel call
@@ -98,7 +103,9 @@ class Exec {
   // All of these act on the calling thread's stream; the caller holds
   // Device::mu.
   // timed: begin_timed() (ABI 1.3), each kernel call's device time measured.
-  void begin(bool timed = false);
+  // prepare: begin_prepare() (ABI 1.4), each pipeline dispatched once with
+  // no workgroups.
+  void begin(bool timed = false, bool prepare = false);
   void ensure_begun();
   // A kernel call starts (begins implicitly): its dispatches belong to it.
   void begin_call();
@@ -147,5 +154,7 @@ class Exec {
 // ABI 1.3 entries (installed in plugin.cpp).
 bp_error* api_begin_timed(bp_device* device);
 bp_error* api_call_device_times(bp_device* device, uint64_t* out_ns, size_t n_calls);
+// ABI 1.4.
+bp_error* api_begin_prepare(bp_device* device);
 
 }  // namespace bpvk

@@ -202,6 +202,7 @@ const bp_plugin_api* api_table() {
     a.begin = api_begin;
     a.synchronize = api_synchronize;
     a.begin_timed = api_begin_timed;  // ABI 1.3: timestamp queries (exec.cpp)
+    a.begin_prepare = api_begin_prepare;  // ABI 1.4: a plan's pipelines compiled when it compiles (exec.cpp)
     a.call_device_times = api_call_device_times;
     a.infer_custom_op = nullptr;
     return a;

@@ -431,6 +431,11 @@ struct CompileOptions {
   // shows in the synchronize that follows. A transfer is timed as it moves
   // bytes, after the devices it waits for are synchronized.
   bool profile = false;
+  // Let each device that can make ready, while the plan compiles, what the
+  // plan's kernel calls will need (ABI 1.4 begin_prepare: the Vulkan plugin
+  // compiles their pipelines), so the first run costs what later runs cost.
+  // Off: the first run pays for it instead.
+  bool prepare = true;
   // Values besides the graph outputs that Plan::output may read (their
   // buffers are then never reused). Reading any other value is an error.
   std::vector<std::string> keep;

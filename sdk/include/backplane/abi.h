@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_VERSION_MAJOR 1
-#define BP_ABI_VERSION_MINOR 3
+#define BP_ABI_VERSION_MINOR 4
 
 /* The one symbol every plugin exports (see bp_plugin_entry_fn). */
 #define BP_PLUGIN_ENTRY_SYMBOL "backplane_plugin_entry"
@@ -472,6 +472,17 @@ typedef struct bp_plugin_api {
    * otherwise it returns BP_ERR_INVALID_ARGUMENT. A call whose time the
    * device could not measure gets UINT64_MAX. */
   bp_error* (*call_device_times)(bp_device* device, uint64_t* out_ns, size_t n_calls);
+
+  /* ABI 1.4. Optional (NULL = nothing to prepare): begin() for a run that
+   * only prepares. The kernel calls made until the next synchronize() run
+   * nothing and read or write no buffer: the device makes ready what those
+   * calls will need (the Vulkan plugin compiles their pipelines) and
+   * synchronize() waits for that and returns. The host makes one such run
+   * when it compiles a plan, with the plan's own buffers, layouts and
+   * params, so the plan's first run pays no set-up. An error of a call or of
+   * synchronize() here is not reported: the real run reports it, naming its
+   * node. */
+  bp_error* (*begin_prepare)(bp_device* device);
 } bp_plugin_api;
 
 /* What the host asks the entry symbol. */
