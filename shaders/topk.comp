@@ -16,11 +16,11 @@
 // comparison, against the K-th best).
 // TOPK_WGMERGE (k <= 16, few rows or a GPU; only in the variant
 // topk_<dtype>_wgmerge, neither other form in it): one workgroup of 64 per
-// row in one pass. Invocation t keeps the best K of its elements t, t + WG,
-// t + 2 WG, ... in K named register slots of rank keys (as the one-pass form;
-// 64-bit keys for f64 and i64), sorted; then the WG sorted lists are merged
-// in shared memory by a pairwise tree (log2(WG) steps, each list pair's top
-// K taken in K constant-index picks). An empty slot (an invocation with
+// row in one pass. Each invocation keeps the best K of its share of the row
+// (LANES below) in K named register slots of rank keys (as the one-pass
+// form; 64-bit keys for f64 and i64), sorted; then the WG sorted lists are
+// merged in shared memory by a pairwise tree (log2(WG) steps, each list
+// pair's top K taken in K constant-index picks). An empty slot (an invocation with
 // fewer than K elements) holds the lowest key and index 0x7fffffff, so it
 // ranks after every element. WG 64: the lists take WG * 16 keys and indices
 // of shared memory, 12 KiB with 64-bit keys (16 KiB is all a device must
@@ -110,6 +110,15 @@ void key_swap(inout KT ka, inout int xa, inout KT kb, inout int xb) {
 #endif
 
 #ifdef TOPK_WGMERGE
+// LANES (specialization constant 4; a power of 2 dividing WG, the host
+// gives the subgroup size): the row is cut into WG / LANES contiguous pieces,
+// one per LANES invocations, which read it interleaved (invocation t of a
+// piece: its elements t, t + LANES, ...). So a subgroup's lanes read
+// neighbouring elements together (coalesced on a GPU), and each subgroup
+// streams a piece of its own (lavapipe runs a workgroup's subgroups one
+// after another up to a barrier: shares strided by WG had each one stream
+// the whole row for a few bytes of every cache line, 2-3x slower).
+layout(constant_id = 4) const int LANES = WG;
 #define NONE_X 0x7fffffff
 shared KT mk[WG * 16];
 shared int mx[WG * 16];
@@ -477,27 +486,32 @@ void main() {
   const int st = A(R_INNER + 9);
   k0 = k1 = k2 = k3 = k4 = k5 = k6 = k7 = k8 = k9 = k10 = k11 = k12 = k13 = k14 = k15 = KEY_NONE;
   x0 = x1 = x2 = x3 = x4 = x5 = x6 = x7 = x8 = x9 = x10 = x11 = x12 = x13 = x14 = x15 = NONE_X;
-  // Blocks of 16 elements (t, t + WG, ...) as in the one-pass form: the keys
-  // compared with the bar (the K-th key) first, the few above it inserted
-  // after, in a loop that every lane leaves at once when none is. An
-  // element equal to the bar does not enter (the one there has a lower
-  // index). The first block's first K elements enter whatever their key
-  // (each goes before an empty slot, which an equal key would not pass);
-  // one call of insert() in all (lavapipe's compile time grows with every
-  // copy).
+  // This invocation's share (LANES): elements start, start + step, ...
+  // before end.
+  const int piece = (n + WG / LANES - 1) / (WG / LANES);
+  const int step = LANES;
+  const int start = int(lid) / LANES * piece + int(lid) % LANES;
+  const int end = min(int(lid) / LANES * piece + piece, n);
+  // Blocks of 16 of its elements as in the one-pass form: the keys compared
+  // with the bar (the K-th key) first, the few above it inserted after, in a
+  // loop that every lane leaves at once when none is. An element equal to
+  // the bar does not enter (the one there has a lower index). The first
+  // block's first K elements enter whatever their key (each goes before an
+  // empty slot, which an equal key would not pass); one call of insert() in
+  // all (lavapipe's compile time grows with every copy).
   KT kt = KEY_NONE;
-  for (int i0 = int(lid); i0 < n; i0 += 16 * WG) {
-    const bool first = i0 == int(lid);
+  for (int i0 = start; i0 < end; i0 += 16 * step) {
+    const bool first = i0 == start;
     uint pend = 0u;
     for (int e = 0; e < 16; ++e) {
-      const int i = min(i0 + e * WG, n - 1);
+      const int i = min(i0 + e * step, end - 1);
       int ii = i * st, iu;
       if (!simple) row_offsets(R_INNER, i, ii, iu);
-      pend |= (i0 + e * WG < n && ((first && e < K) || key_gt(rank_key(LD(IN_DT, x.v[base + ii])), kt))) ? 1u << e : 0u;
+      pend |= (i0 + e * step < end && ((first && e < K) || key_gt(rank_key(LD(IN_DT, x.v[base + ii])), kt))) ? 1u << e : 0u;
     }
     while (pend != 0u) {
       const int e = findLSB(pend);
-      const int i = i0 + e * WG;
+      const int i = i0 + e * step;
       pend &= pend - 1u;
       int ii = i * st, iu;
       if (!simple) row_offsets(R_INNER, i, ii, iu);

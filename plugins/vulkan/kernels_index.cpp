@@ -118,7 +118,11 @@ void topk_impl(Call& c) {
     const bool onepass = c.cpu_device() && p.outer_n >= 1024;
     p.mode = onepass ? 1 : 0;
     p.groups = onepass ? ceil_div(p.outer_n, 256) : p.outer_n;
-    const std::vector<int32_t> spec = {0, static_cast<int32_t>(p.mode), 0, static_cast<int32_t>(tp.k)};
+    // Spec constant 4 (the merge form): the invocations that share one
+    // contiguous piece of the row, interleaved: a subgroup (a power of 2,
+    // at most the form's workgroup of 64).
+    std::vector<int32_t> spec = {0, static_cast<int32_t>(p.mode), 0, static_cast<int32_t>(tp.k)};
+    if (!onepass) spec.push_back(static_cast<int32_t>(std::min<uint32_t>(c.dev.features.subgroup_size, 64)));
     const Binding bs[] = {x.binding, ov.binding, oi.binding};
     const std::string name = shader("topk", d) + (onepass ? "_onepass" : "_wgmerge");
     c.dev.exec.dispatch(c.dev.pipelines.get(name, spec, 3), bs, a.w, static_cast<uint32_t>(p.outer_n), p.mode,
