@@ -308,6 +308,20 @@ def test_profile(rt):
     assert "total" in plan.profile_table()
 
 
+@pytest.mark.parametrize("prepare", [True, False])
+def test_compile_prepare_either_way(rt, prepare):
+    # prepare=True (the default) sets devices up while compiling; the values
+    # are the same either way, on every device.
+    x = np.arange(8, dtype=np.float32) - 3.5
+    w = np.full(8, 0.5, np.float32)
+    b = np.full(8, 2.0, np.float32)
+    for dev in device_names(rt):
+        plan = rt.compile(affine((8,)), dev, prepare=prepare)
+        for _ in range(2):
+            out = plan(x=x, w=w, b=b)
+            np.testing.assert_array_equal(out["y"], x * 0.5 + 2.0)
+
+
 def test_graph_files_and_module_cli(tmp_path):
     np.save(tmp_path / "x.npy", np.array([-1.0, 2.0, -3.0], np.float32))
     (tmp_path / "g.json").write_text(json.dumps({
