@@ -114,8 +114,11 @@ void topk_impl(Call& c) {
   // (topk_<dt>_wgmerge): each invocation keeps the best k of its strided
   // share, then the workgroup merges them. k > 16 (beyond the register
   // slots): the k-round form, one workgroup per row.
-  if (tp.k <= 16) {
-    const bool onepass = c.cpu_device() && p.outer_n >= 1024;
+  // Rows shorter than 1024 keep the k-round form too: its k passes over a
+  // short row cost little, and the merge form's pipeline takes lavapipe
+  // 70-100 ms to compile against ~5 ms (the demo's topk: 128 rows of 32).
+  const bool onepass = c.cpu_device() && p.outer_n >= 1024;
+  if (tp.k <= 16 && (onepass || n >= 1024)) {
     p.mode = onepass ? 1 : 0;
     p.groups = onepass ? ceil_div(p.outer_n, 256) : p.outer_n;
     // Spec constant 4 (the merge form): the invocations that share one
