@@ -156,22 +156,9 @@ std::vector<Case> all_cases(const std::string& filter) {
   }
   if (want("softmax_dim-1"))
     cases.push_back(unary_case("softmax_dim-1", "softmax", {M, M}, {{"dim", -1}}, double(M) * M));
-  if (want("topk8_dim-1")) {
-    Case c = unary_case("topk8_dim-1", "topk", {M, M}, {{"k", 8}, {"dim", -1}}, 0);
-    c.graph = Graph();
-    c.graph.input("x", BP_DTYPE_F32, {M, M});
-    c.graph.node("t", "topk", {"x"}, {{"k", 8}, {"dim", -1}});
-    c.graph.node("v", "view", {"t"}, {{"slot", 0}});
-    c.graph.node("i", "view", {"t"}, {{"slot", 1}});
-    c.graph.output("v");
-    c.graph.output("i");
-    cases.push_back(std::move(c));
-  }
-  // Few long rows (a workgroup per row on a Vulkan device); bytes read as
-  // the roof basis, as topk8_dim-1.
-  if (want("topk8_long")) {
-    const Shape shape{8, int64_t{1} << 21};
-    Case c = unary_case("topk8_long", "topk", shape, {{"k", 8}, {"dim", -1}}, 0);
+  // topk's two slots read through views; bytes read are the roof basis.
+  auto topk8_case = [&](const char* name, const Shape& shape) {
+    Case c = unary_case(name, "topk", shape, {{"k", 8}, {"dim", -1}}, 0);
     c.graph = Graph();
     c.graph.input("x", BP_DTYPE_F32, shape);
     c.graph.node("t", "topk", {"x"}, {{"k", 8}, {"dim", -1}});
@@ -179,8 +166,11 @@ std::vector<Case> all_cases(const std::string& filter) {
     c.graph.node("i", "view", {"t"}, {{"slot", 1}});
     c.graph.output("v");
     c.graph.output("i");
-    cases.push_back(std::move(c));
-  }
+    return c;
+  };
+  if (want("topk8_dim-1")) cases.push_back(topk8_case("topk8_dim-1", {M, M}));
+  // Few long rows (a workgroup per row on a Vulkan device).
+  if (want("topk8_long")) cases.push_back(topk8_case("topk8_long", {8, int64_t{1} << 21}));
   if (want("var_mean_dim-1")) {
     Case c = unary_case("var_mean_dim-1", "var_mean", {M, M}, {}, 2.0 * M);
     c.graph = Graph();
