@@ -121,15 +121,24 @@ uint f2bf(float f) {
 #define LD(D, x) PASTE(LD_, D)(x)
 #define SV(D, c) PASTE(SV_, D)(c)
 
-// Operand declarations. Operands are buffer references (physical storage
-// buffer addresses, VK_KHR_buffer_device_address), not descriptors, so a
-// tensor may be larger than maxStorageBufferRange: operand k's address
-// (binding slot bind = k + 2) is pc.addr[k], the start of its window (aligned
-// to 64 bytes). Each declares a global `name` with a scalar view `name.v[]`
-// and, for DECL_RO/DECL_RW, `name4.v[]`, an aliased 4-vector view.
+// Operand declarations. Each declares a global `name` with a scalar view
+// `name.v[]` and, for DECL_RO/DECL_RW, `name4.v[]`, an aliased 4-vector view,
+// of operand k's window (binding slot bind = k + 2; the window starts at a
+// multiple of 64 bytes). Every module is built twice:
+// - BP_DESC (modules <name>_dsc): the operand is a storage-buffer descriptor,
+//   set 1 binding k, pushed per dispatch (VK_KHR_push_descriptor); used when
+//   every operand's window lies within maxStorageBufferRange. On lavapipe a
+//   streaming add runs ~1.4x faster so than through addresses.
+// - otherwise: a buffer reference (physical storage buffer address,
+//   VK_KHR_buffer_device_address) built from pc.addr[k], so a tensor may be
+//   larger than maxStorageBufferRange.
+#ifdef BP_DESC
+#define DECL_REF_(q, name, T, bind) layout(set = 1, binding = (bind) - 2, std430) q buffer Dsc_##name { T v[]; } name;
+#else
 #define DECL_REF_(q, name, T, bind)                                                        \
   layout(buffer_reference, std430, buffer_reference_align = 16) q buffer Ref_##name { T v[]; }; \
   Ref_##name name = Ref_##name(pc.addr[(bind) - 2]);
+#endif
 #define DECL_RO(bind, name, D) DECL_REF_(readonly, name, STYPE(D), bind) DECL_REF_(readonly, name##4, V4TYPE(D), bind)
 #define DECL_RW(bind, name, D) DECL_REF_(, name, STYPE(D), bind) DECL_REF_(, name##4, V4TYPE(D), bind)
 #define DECL_RO1(bind, name, D) DECL_REF_(readonly, name, STYPE(D), bind)

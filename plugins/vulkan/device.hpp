@@ -45,6 +45,9 @@ class Device {
   Features features;
   // vkGetBufferDeviceAddress (core 1.2) or its KHR alias.
   PFN_vkGetBufferDeviceAddress get_buffer_address = nullptr;
+  // vkCmdPushDescriptorSetKHR (VK_KHR_push_descriptor), or null: then every
+  // operand is passed by device address (no descriptor modules).
+  PFN_vkCmdPushDescriptorSetKHR push_descriptor_set = nullptr;
   // vkGetMemoryHostPointerPropertiesEXT, when features.host_import.
   PFN_vkGetMemoryHostPointerPropertiesEXT get_host_pointer_properties = nullptr;
   // VkPhysicalDeviceExternalMemoryHostPropertiesEXT::minImportedHostPointerAlignment

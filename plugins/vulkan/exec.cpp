@@ -233,6 +233,18 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
   BPVK_CHECK(operands.size() == p.n_operands && operands.size() <= kMaxOperands, BP_ERR_INTERNAL,
              "vulkan: operand count mismatch");
   if (groups == 0 && !s.prepare) return;
+  // Descriptors where every window fits one (set 1 of the pipeline's twin),
+  // else device addresses: the same kernel either way.
+  const Pipeline* pl = &p;
+  if (p.dsc) {
+    const VkPhysicalDeviceLimits& lim = dev_->props.limits;
+    bool fits = true;
+    for (const auto& b : operands)
+      fits = fits && b.buffer && b.range > 0 && b.range <= lim.maxStorageBufferRange &&
+             b.offset % std::max<VkDeviceSize>(lim.minStorageBufferOffsetAlignment, 1) == 0;
+    if (fits) pl = p.dsc;
+  }
+  dev_->pipelines.request(*pl);
   // A preparing run (begin_prepare, ABI 1.4) records one dispatch of no
   // workgroups per pipeline, and synchronize() submits them as a run's: it
   // waits for the compiles, and the driver makes whatever it makes at a
@@ -241,8 +253,8 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
   // done ahead, ~1.5x with this too). No workgroup runs, so no buffer is read
   // or written.
   if (s.prepare) {
-    if (std::find(s.prepared.begin(), s.prepared.end(), &p) != s.prepared.end()) return;
-    s.prepared.push_back(&p);
+    if (std::find(s.prepared.begin(), s.prepared.end(), pl) != s.prepared.end()) return;
+    s.prepared.push_back(pl);
     groups = 0;
   }
 
@@ -271,9 +283,14 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
                    {pwords[0], pwords[1], pwords[2], pwords[3]},
                    {qwords[0], qwords[1], qwords[2], qwords[3]},
                    {}};
+  VkDescriptorBufferInfo infos[kMaxOperands]{};
   for (size_t i = 0; i < operands.size(); ++i) {
-    BPVK_CHECK(operands[i].address != 0, BP_ERR_INTERNAL, "vulkan: an operand outside the device's memory blocks");
-    pc.addr[i] = operands[i].address + operands[i].offset;
+    if (pl->descriptors) {
+      infos[i] = {operands[i].buffer, operands[i].offset, operands[i].range};
+    } else {
+      BPVK_CHECK(operands[i].address != 0, BP_ERR_INTERNAL, "vulkan: an operand outside the device's memory blocks");
+      pc.addr[i] = operands[i].address + operands[i].offset;
+    }
   }
 
   // Fold the grid so every dimension stays within maxComputeWorkGroupCount.
@@ -289,7 +306,8 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
     }
   }
   PendingDispatch& d = s.pending.emplace_back();
-  d.pipeline = &p;
+  d.pipeline = pl;
+  if (pl->descriptors) std::copy(infos, infos + operands.size(), d.operands);
   d.set = set;
   d.groups[0] = static_cast<uint32_t>(gx);
   d.groups[1] = static_cast<uint32_t>(gy);
@@ -399,6 +417,18 @@ void Exec::record(Stream& s, std::unique_lock<std::mutex>& lock) {
     // results on lavapipe 22.3 (the transposed-operand binary path's test).
     vkCmdBindPipeline(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->pipeline);
     vkCmdBindDescriptorSets(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->layout, 0, 1, &d.set, 0, nullptr);
+    if (d.pipeline->descriptors) {
+      VkWriteDescriptorSet w[kMaxOperands]{};
+      const uint32_t n = d.pipeline->n_operands;
+      for (uint32_t k = 0; k < n; ++k) {
+        w[k].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+        w[k].dstBinding = k;
+        w[k].descriptorCount = 1;
+        w[k].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        w[k].pBufferInfo = &d.operands[k];
+      }
+      dev_->push_descriptor_set(s.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline->layout, 1, n, w);
+    }
     vkCmdPushConstants(s.cmd, d.pipeline->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof d.pc, &d.pc);
     vkCmdDispatch(s.cmd, d.groups[0], d.groups[1], d.groups[2]);
     if (stamps && (i + 1 == s.pending.size() || s.dispatch_calls[i + 1] != call))

@@ -49,7 +49,9 @@ class DataError : public Error {
 };
 
 // One operand of a dispatch: a window of a memory block's VkBuffer, passed
-// to the shader as the device address of buffer + offset.
+// to the shader as a storage-buffer descriptor {buffer, offset, range} when
+// the kernel's pipeline has a descriptor twin and every operand's window
+// fits one (Exec::dispatch), else as the device address of buffer + offset.
 struct Binding {
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceAddress address = 0;  // of `buffer`'s first byte (operands go to shaders by address)
@@ -66,6 +68,8 @@ struct PendingDispatch {
   uint32_t groups[3] = {1, 1, 1};
   bool barrier = false;  // a compute->compute barrier before it (a hazard)
   PushConstants pc{};
+  // The operands' windows, pushed as set 1 when pipeline->descriptors.
+  VkDescriptorBufferInfo operands[kMaxOperands]{};
 };
 
 // What one run records into: a command buffer and everything per run.

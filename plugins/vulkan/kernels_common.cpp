@@ -105,10 +105,13 @@ std::array<int64_t, BP_MAX_RANK> dense_strides(uint32_t rank, const int64_t* sha
 
 namespace {
 
-// Operand windows start at multiples of this (64, so that 4-vectors of
-// 64-bit elements are naturally aligned: the shaders declare their buffer
-// references 16-byte aligned).
-uint64_t bind_alignment(const Device&) { return 64; }
+// Operand windows start at multiples of this: 64, so that 4-vectors of
+// 64-bit elements are naturally aligned (the shaders declare their buffer
+// references 16-byte aligned), or the device's descriptor offset alignment
+// if larger (operands may be bound as storage-buffer descriptors).
+uint64_t bind_alignment(const Device& d) {
+  return std::max<uint64_t>(64, d.props.limits.minStorageBufferOffsetAlignment);
+}
 
 Operand window(Call& c, const bp_storage& s, int64_t lo_el, int64_t hi_el, int64_t origin_el, bp_dtype dtype,
                bool write, uint64_t extra_bytes) {
@@ -128,7 +131,8 @@ Operand window(Call& c, const bp_storage& s, int64_t lo_el, int64_t hi_el, int64
   const uint64_t align = bind_alignment(c.dev);
   const uint64_t base = start / align * align;
   const uint64_t range = end - base;
-  // No maxStorageBufferRange limit: operands are buffer device addresses.
+  // No maxStorageBufferRange limit: a window past it is passed by device
+  // address (Exec::dispatch).
   BPVK_CHECK((start - base) % static_cast<uint64_t>(es) == 0, BP_ERR_INVALID_ARGUMENT,
              std::string(c.op()) + ": storage not aligned to its element size");
   BPVK_CHECK(range / static_cast<uint64_t>(es) < (1ull << 31), BP_ERR_UNIMPLEMENTED,
@@ -137,7 +141,9 @@ Operand window(Call& c, const bp_storage& s, int64_t lo_el, int64_t hi_el, int64
   o.binding.buffer = c.dev.memory.vk_buffer(a);
   o.binding.address = c.dev.memory.block_address(a);
   o.binding.offset = base;
-  o.binding.range = (range + 3) / 4 * 4;
+  // Whole 4-vectors where the buffer allows, for the shaders' aliased
+  // 4-vector views of a descriptor operand.
+  o.binding.range = (range + 15) / 16 * 16;
   // Keep the padded range inside the VkBuffer.
   if (o.binding.offset + o.binding.range > a.offset + a.reserved) o.binding.range = range;
   o.binding.handle = s.buffer_handle;

@@ -85,6 +85,8 @@ void Pipelines::init(Device* dev) {
     const long n = std::strtol(e, &end, 10);
     if (end && *end == '\0' && n >= 0) max_workers_ = static_cast<size_t>(std::min(n, 64L));
   }
+  if (const char* e = std::getenv("BACKPLANE_VULKAN_ADDRESSING"); e && std::strcmp(e, "addresses") == 0)
+    addressing_ = Addressing::addresses;
   path_ = cache_path();
   std::vector<char> data;
   if (!path_.empty()) data = load_cache();
@@ -212,6 +214,7 @@ void Pipelines::destroy() {
   modules_.clear();
   if (layout_.pipeline) vkDestroyPipelineLayout(d, layout_.pipeline, nullptr);
   if (layout_.set) vkDestroyDescriptorSetLayout(d, layout_.set, nullptr);
+  if (layout_.operands) vkDestroyDescriptorSetLayout(d, layout_.operands, nullptr);
   layout_ = Layout{};
   if (cache_) vkDestroyPipelineCache(d, cache_, nullptr);
   cache_ = VK_NULL_HANDLE;
@@ -220,29 +223,43 @@ void Pipelines::destroy() {
 
 const Pipelines::Layout& Pipelines::layout() {
   if (layout_.pipeline) return layout_;
-  VkDescriptorSetLayoutBinding b[2]{};
-  for (uint32_t i = 0; i < 2; ++i) {
+  VkDescriptorSetLayoutBinding b[kMaxOperands]{};
+  for (uint32_t i = 0; i < kMaxOperands; ++i) {
     b[i].binding = i;
     b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     b[i].descriptorCount = 1;
     b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
   }
   Layout l;
+  const auto release = [&] {
+    if (l.set) vkDestroyDescriptorSetLayout(dev_->dev, l.set, nullptr);
+    if (l.operands) vkDestroyDescriptorSetLayout(dev_->dev, l.operands, nullptr);
+  };
   VkDescriptorSetLayoutCreateInfo dci{};
   dci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
   dci.bindingCount = 2;
   dci.pBindings = b;
   vk_check(vkCreateDescriptorSetLayout(dev_->dev, &dci, nullptr, &l.set), "vkCreateDescriptorSetLayout");
+  if (dev_->push_descriptor_set) {
+    dci.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+    dci.bindingCount = kMaxOperands;
+    VkResult r = vkCreateDescriptorSetLayout(dev_->dev, &dci, nullptr, &l.operands);
+    if (r != VK_SUCCESS) {
+      release();
+      vk_check(r, "vkCreateDescriptorSetLayout (operands)");
+    }
+  }
+  const VkDescriptorSetLayout sets[2] = {l.set, l.operands};
   VkPushConstantRange pcr{VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(PushConstants)};
   VkPipelineLayoutCreateInfo pli{};
   pli.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
-  pli.setLayoutCount = 1;
-  pli.pSetLayouts = &l.set;
+  pli.setLayoutCount = l.operands ? 2 : 1;
+  pli.pSetLayouts = sets;
   pli.pushConstantRangeCount = 1;
   pli.pPushConstantRanges = &pcr;
   VkResult r = vkCreatePipelineLayout(dev_->dev, &pli, nullptr, &l.pipeline);
   if (r != VK_SUCCESS) {
-    vkDestroyDescriptorSetLayout(dev_->dev, l.set, nullptr);
+    release();
     vk_check(r, "vkCreatePipelineLayout");
   }
   layout_ = l;
@@ -282,38 +299,63 @@ VkShaderModule Pipelines::module(const std::string& shader) {
   return m;
 }
 
-const Pipeline& Pipelines::get(const std::string& shader, const std::vector<int32_t>& spec, uint32_t n_operands) {
+Pipeline& Pipelines::entry(const std::string& shader, const std::vector<int32_t>& spec, uint32_t n_operands) {
   auto key = std::make_pair(shader, spec);
   auto it = pipelines_.find(key);
   if (it != pipelines_.end()) {
-    const Pipeline& p = *it->second;
-    BPVK_CHECK(p.n_operands == n_operands, BP_ERR_INTERNAL, "vulkan: operand count mismatch for " + shader);
-    std::lock_guard<std::mutex> lk(jobs_mu_);
-    BPVK_CHECK(p.state != Pipeline::State::failed, p.error_code, p.error);
-    return p;
+    BPVK_CHECK(it->second->n_operands == n_operands, BP_ERR_INTERNAL, "vulkan: operand count mismatch for " + shader);
+    return *it->second;
   }
   BPVK_CHECK(n_operands <= kMaxOperands, BP_ERR_INTERNAL, "vulkan: too many operands for " + shader);
-  const Layout& l = layout();
   auto p = std::make_unique<Pipeline>();
-  p->layout = l.pipeline;
-  p->set_layout = l.set;
+  p->layout = layout().pipeline;
   p->n_operands = n_operands;
   p->shader = shader;
   p->spec = spec;
-  p->module = module(shader);
   Pipeline& ref = *p;
   pipelines_.emplace(std::move(key), std::move(p));
+  return ref;
+}
+
+const Pipeline& Pipelines::get(const std::string& shader, const std::vector<int32_t>& spec, uint32_t n_operands) {
+  Pipeline& p = entry(shader, spec, n_operands);
+  // The descriptor twin, looked for once (a module of its own, built for
+  // every shader but the casts).
+  if (!p.looked_for_dsc) {
+    p.looked_for_dsc = true;
+    if (layout().operands && addressing_ != Addressing::addresses) {
+      const std::string twin = shader + "_dsc";
+      if (shader_available(twin)) {
+        Pipeline& d = entry(twin, spec, n_operands);
+        d.descriptors = true;
+        d.looked_for_dsc = true;
+        p.dsc = &d;
+      }
+    }
+  }
+  return p;
+}
+
+void Pipelines::request(const Pipeline& target) {
+  auto& p = const_cast<Pipeline&>(target);  // every Pipeline is this object's own
+  {
+    std::lock_guard<std::mutex> lk(jobs_mu_);
+    BPVK_CHECK(p.state != Pipeline::State::failed, p.error_code, p.error);
+    if (p.state != Pipeline::State::idle) return;
+  }
+  p.module = module(p.shader);
   cache_dirty_ = true;
   if (max_workers_ == 0) {
     // BACKPLANE_VULKAN_COMPILE_THREADS=0: compiled here and now.
-    compile(ref);
+    compile(p);
     std::lock_guard<std::mutex> lk(jobs_mu_);
-    BPVK_CHECK(ref.state == Pipeline::State::ready, ref.error_code, ref.error);
-    return ref;
+    BPVK_CHECK(p.state == Pipeline::State::ready, p.error_code, p.error);
+    return;
   }
   {
     std::lock_guard<std::mutex> lk(jobs_mu_);
-    queue_.push_back(&ref);
+    p.state = Pipeline::State::queued;
+    queue_.push_back(&p);
     if (workers_.size() < std::min(max_workers_, queue_.size())) {
       try {
         workers_.emplace_back([this] { worker(); });
@@ -323,7 +365,6 @@ const Pipeline& Pipelines::get(const std::string& shader, const std::vector<int3
     }
   }
   jobs_cv_.notify_one();
-  return ref;
 }
 
 void Pipelines::worker() {
@@ -343,6 +384,8 @@ void Pipelines::worker() {
 
 bool Pipelines::wait(const Pipeline& target) {
   std::unique_lock<std::mutex> lk(jobs_mu_);
+  BPVK_CHECK(target.state != Pipeline::State::idle, BP_ERR_INTERNAL,
+             "vulkan: pipeline " + target.shader + " waited for but never requested");
   const bool waited = target.state != Pipeline::State::ready;
   while (target.state != Pipeline::State::ready && target.state != Pipeline::State::failed) {
     if (queue_.empty()) {

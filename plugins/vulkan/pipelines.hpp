@@ -29,7 +29,9 @@ namespace bpvk {
 class Device;
 
 // Lives as long as the device; `pipeline` is valid once Pipelines::wait()
-// returned for it.
+// returned for it. Nothing is compiled until a dispatch asks for it
+// (Pipelines::request): a kernel's pipeline and its descriptor twin are
+// found together, and only the one the dispatch's operands allow is built.
 struct Pipeline {
   Pipeline() = default;
   Pipeline(const Pipeline&) = delete;  // kernels hold it by reference; streams by pointer
@@ -37,13 +39,19 @@ struct Pipeline {
 
   VkPipeline pipeline = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
-  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
-  uint32_t n_operands = 0;  // operand addresses the shader reads (pc.addr)
+  uint32_t n_operands = 0;  // operands the shader reads
+  // Operands are storage-buffer descriptors pushed into set 1 (a module
+  // <shader>_dsc, shaders/dtypes.glsl BP_DESC), else device addresses in pc.addr.
+  bool descriptors = false;
+  // The same kernel with descriptor operands, where the device pushes
+  // descriptors and the module exists (null otherwise, and on the twin).
+  const Pipeline* dsc = nullptr;
 
  private:
   friend class Pipelines;
-  enum class State { queued, compiling, ready, failed };
-  State state = State::queued;  // guarded by Pipelines::jobs_mu_
+  enum class State { idle, queued, compiling, ready, failed };
+  State state = State::idle;  // guarded by Pipelines::jobs_mu_
+  bool looked_for_dsc = false;  // get() looked for the descriptor twin (under Device::mu)
   std::string shader;
   std::vector<int32_t> spec;
   VkShaderModule module = VK_NULL_HANDLE;
@@ -51,7 +59,7 @@ struct Pipeline {
   std::string error;
 };
 
-// Operands per dispatch (pc.addr in shaders/common.glsl).
+// Operands per dispatch (pc.addr in shaders/common.glsl, set 1 bindings).
 constexpr uint32_t kMaxOperands = 8;
 
 // 112 bytes of push constants, see shaders/common.glsl.
@@ -71,10 +79,13 @@ class Pipelines {
   void init(Device* dev);
   void destroy();
   ~Pipelines();
-  // n_operands: operand addresses the shader reads. Queues the compile of a
-  // pipeline not made yet and returns without waiting for it; throws the
-  // error of a pipeline whose compile failed earlier.
+  // n_operands: operands the shader reads. Finds or makes the pipeline
+  // (and its descriptor twin) without compiling anything.
   const Pipeline& get(const std::string& shader, const std::vector<int32_t>& spec, uint32_t n_operands);
+  // A dispatch will use `p`: queues its compile if not asked for before and
+  // returns without waiting; throws the error of a compile that failed
+  // earlier. Under Device::mu.
+  void request(const Pipeline& p);
   // Waits until `p` is compiled, compiling queued pipelines on this thread
   // meanwhile; throws its compile error. Thread-safe; needs no Device::mu.
   // Returns whether it was not ready yet.
@@ -85,10 +96,14 @@ class Pipelines {
  private:
   struct Layout {
     VkDescriptorSetLayout set = VK_NULL_HANDLE;
+    VkDescriptorSetLayout operands = VK_NULL_HANDLE;  // set 1, pushed; null without VK_KHR_push_descriptor
     VkPipelineLayout pipeline = VK_NULL_HANDLE;
   };
-  // The one layout of every pipeline: set 0 = {argument ring, error words}.
+  // The one layout of every pipeline: set 0 = {argument ring, error words},
+  // set 1 = the operands of descriptor modules (kMaxOperands storage
+  // buffers, pushed per dispatch).
   const Layout& layout();
+  Pipeline& entry(const std::string& shader, const std::vector<int32_t>& spec, uint32_t n_operands);
   VkShaderModule module(const std::string& shader);
   std::string cache_path() const;
   std::vector<char> load_cache() const;
@@ -96,6 +111,11 @@ class Pipelines {
   void compile(Pipeline& p);  // the driver's compile, on any thread
   void worker();
   void stop_workers();
+
+  // BACKPLANE_VULKAN_ADDRESSING=addresses: no descriptor twins (every
+  // operand through its device address), to compare or test that path.
+  enum class Addressing { automatic, addresses };
+  Addressing addressing_ = Addressing::automatic;
 
   Device* dev_ = nullptr;
   VkPipelineCache cache_ = VK_NULL_HANDLE;
