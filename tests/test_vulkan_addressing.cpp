@@ -10,33 +10,12 @@
 #include "vulkan_test_support.hpp"
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
 using namespace backplane::vktest;
 
 namespace {
-
-std::mutex g_mu;
-std::vector<std::string> g_lines;
-
-void keep(void*, bp_log_level, bp_string m) {
-  std::lock_guard<std::mutex> lk(g_mu);
-  g_lines.emplace_back(m.data, m.len);
-}
-
-// The shaders of the pipelines created since the last call.
-std::vector<std::string> take_created() {
-  std::lock_guard<std::mutex> lk(g_mu);
-  std::vector<std::string> out;
-  for (const auto& l : g_lines) {
-    const auto p = l.find(": pipeline "), c = l.find(" created in ");
-    if (p != std::string::npos && c != std::string::npos && c > p) out.push_back(l.substr(p + 11, c - p - 11));
-  }
-  g_lines.clear();
-  return out;
-}
 
 bool any_ends_with(const std::vector<std::string>& v, const std::string& suffix) {
   for (const auto& s : v)
@@ -71,11 +50,11 @@ bool small_add(VkAbi& vk) {
 
 TEST_CASE("vulkan: operands within maxStorageBufferRange are descriptors, larger ones addresses",
           "[vulkan][addressing]") {
-  VkAbi vk(keep);
+  VkAbi vk(keep_log);
   if (!vk.ready()) return;
-  take_created();
+  created_pipelines();
   CHECK(small_add(vk));
-  const auto small = take_created();
+  const auto small = created_pipelines();
   INFO("created: " << small.size() << " pipelines");
   CHECK(any_ends_with(small, "_dsc"));
 
@@ -99,7 +78,7 @@ TEST_CASE("vulkan: operands within maxStorageBufferRange are descriptors, larger
   REQUIRE(vk.api->buffer_read(vk.dev, y.s.buffer_handle, 0, got, 8) == nullptr);
   CHECK(got[0] == 3.0f);
   CHECK(got[1] == -8.5f);
-  const auto wide = take_created();
+  const auto wide = created_pipelines();
   if (description(vk).find("llvmpipe") != std::string::npos) {
     REQUIRE_FALSE(wide.empty());
     CHECK_FALSE(any_ends_with(wide, "_dsc"));
@@ -109,11 +88,11 @@ TEST_CASE("vulkan: operands within maxStorageBufferRange are descriptors, larger
 TEST_CASE("vulkan: BACKPLANE_VULKAN_ADDRESSING=addresses passes every operand by address",
           "[vulkan][addressing]") {
   EnvVar env("BACKPLANE_VULKAN_ADDRESSING", "addresses");
-  VkAbi vk(keep);
+  VkAbi vk(keep_log);
   if (!vk.ready()) return;
-  take_created();
+  created_pipelines();
   CHECK(small_add(vk));
-  const auto created = take_created();
+  const auto created = created_pipelines();
   REQUIRE_FALSE(created.empty());
   CHECK_FALSE(any_ends_with(created, "_dsc"));
 }

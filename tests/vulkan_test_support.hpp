@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -218,6 +219,34 @@ inline std::string error_text(const bp_plugin_api* api, const bp_error* e) {
 }
 
 using LogFn = void (*)(void* host_ctx, bp_log_level level, bp_string message);
+
+// The plugin's log lines: keep_log is a LogFn for VkAbi that keeps every
+// line; created_pipelines() gives the shaders of the pipelines the plugin
+// logged as created ("...: pipeline NAME created in ... ms") since the last
+// call, in order.
+struct KeptLog {
+  std::mutex mu;
+  std::vector<std::string> lines;
+};
+inline KeptLog& kept_log() {
+  static KeptLog k;
+  return k;
+}
+inline void keep_log(void*, bp_log_level, bp_string m) {
+  std::lock_guard<std::mutex> lk(kept_log().mu);
+  kept_log().lines.emplace_back(m.data, m.len);
+}
+inline std::vector<std::string> created_pipelines() {
+  KeptLog& k = kept_log();
+  std::lock_guard<std::mutex> lk(k.mu);
+  std::vector<std::string> out;
+  for (const auto& l : k.lines) {
+    const auto p = l.find(": pipeline "), c = l.find(" created in ");
+    if (p != std::string::npos && c != std::string::npos && c > p) out.push_back(l.substr(p + 11, c - p - 11));
+  }
+  k.lines.clear();
+  return out;
+}
 
 // libbackplane_vulkan.so loaded through its entry symbol and initialized
 // (one thread, serial parallel_for, `log` as the log sink: none by
