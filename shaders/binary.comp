@@ -90,11 +90,39 @@ OT op(CT x, CT y) {
 LOAD_BLOCK(load_block0, a, a4, COL0, VEC0, TRANS0, pc.p.x, pc.q.x, int(pc.extra))
 LOAD_BLOCK(load_block1, b, b4, COL1, VEC1, TRANS1, pc.p.y, pc.q.y, pc.q.w)
 
+// The fast path: every operand dense or a broadcast scalar, 4 elements an
+// invocation. Unsigned indices throughout (offsets are >= 0): with the
+// signed ones the other paths use, lavapipe ran the 16M add ~10-15% slower
+// (plugin/raw medians 1.29 against 1.09-1.16, alternating runs).
+void fast_path() {
+  const uint n = pc.n;
+  const uint j = group_linear() * uint(WG) + gl_LocalInvocationID.x;
+  const uint i0 = j * 4u;
+  if (i0 >= n) return;
+  const uint oa = uint(pc.p.x), ob = uint(pc.p.y), oo = uint(pc.p.z);
+  if (!FAST_TAIL || i0 + 4u <= n) {
+    CTYPE4(IN_DT) va, vb;
+    if (BCAST0) va = CTYPE4(IN_DT)(LD(IN_DT, a.v[oa]));
+    else va = LD4(IN_DT, a4.v[oa / 4u + j]);
+    if (BCAST1) vb = CTYPE4(IN_DT)(LD(IN_DT, b.v[ob]));
+    else vb = LD4(IN_DT, b4.v[ob / 4u + j]);
+    CTYPE4(OUT_DT) r = CTYPE4(OUT_DT)(op(va.x, vb.x), op(va.y, vb.y), op(va.z, vb.z), op(va.w, vb.w));
+    o4.v[oo / 4u + j] = SV4(OUT_DT, r);
+  } else {
+    for (uint i = i0; i < n; ++i)
+      o.v[oo + i] = SV(OUT_DT, op(LD(IN_DT, a.v[BCAST0 ? oa : oa + i]), LD(IN_DT, b.v[BCAST1 ? ob : ob + i])));
+  }
+}
+
 // FAST_ONLY (modules <family>_<dtype>_fast, the host's choice whenever MODE
 // has the fast bit): main holds the fast path alone. lavapipe compiles every
 // path of a module, dead ones included: binary_f32 with all four paths took
 // 4-8.6 ms a pipeline, the fast path alone ~0.8 ms.
 void main() {
+  if (FAST) {
+    fast_path();
+    return;
+  }
   const int n = int(pc.n);
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
@@ -147,22 +175,6 @@ void main() {
     return;
   }
 #endif
-  if (FAST) {
-    const int oa = pc.p.x, ob = pc.p.y, oo = pc.p.z;
-    if (!FAST_TAIL || i0 + 4 <= n) {
-      CTYPE4(IN_DT) va, vb;
-      if (BCAST0) va = CTYPE4(IN_DT)(LD(IN_DT, a.v[oa]));
-      else va = LD4(IN_DT, a4.v[oa / 4 + j]);
-      if (BCAST1) vb = CTYPE4(IN_DT)(LD(IN_DT, b.v[ob]));
-      else vb = LD4(IN_DT, b4.v[ob / 4 + j]);
-      CTYPE4(OUT_DT) r = CTYPE4(OUT_DT)(op(va.x, vb.x), op(va.y, vb.y), op(va.z, vb.z), op(va.w, vb.w));
-      o4.v[oo / 4 + j] = SV4(OUT_DT, r);
-    } else {
-      for (int i = i0; i < n; ++i)
-        o.v[oo + i] = SV(OUT_DT, op(LD(IN_DT, a.v[BCAST0 ? oa : oa + i]), LD(IN_DT, b.v[BCAST1 ? ob : ob + i])));
-    }
-    return;
-  }
 #ifndef FAST_ONLY
   for (int c = 0; c < 4; ++c) {
     const int i = i0 + c;
