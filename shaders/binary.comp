@@ -92,8 +92,8 @@ LOAD_BLOCK(load_block1, b, b4, COL1, VEC1, TRANS1, pc.p.y, pc.q.y, pc.q.w)
 
 // The fast path: every operand dense or a broadcast scalar, 4 elements an
 // invocation. Unsigned indices throughout (offsets are >= 0): with the
-// signed ones the other paths use, lavapipe ran the 16M add ~10-15% slower
-// (plugin/raw medians 1.29 against 1.09-1.16, alternating runs).
+// signed ones the other paths use, lavapipe ran the 16M add ~9% slower
+// (plugin/raw medians 1.33 against 1.21, ten alternating runs).
 void fast_path() {
   const uint n = pc.n;
   const uint j = group_linear() * uint(WG) + gl_LocalInvocationID.x;
@@ -119,6 +119,9 @@ void fast_path() {
 // path of a module, dead ones included: binary_f32 with all four paths took
 // 4-8.6 ms a pipeline, the fast path alone ~0.8 ms.
 void main() {
+#ifdef FAST_ONLY
+  fast_path();
+#else
   if (FAST) {
     fast_path();
     return;
@@ -126,7 +129,6 @@ void main() {
   const int n = int(pc.n);
   const int j = int(group_linear()) * WG + int(gl_LocalInvocationID.x);
   const int i0 = j * 4;
-#ifndef FAST_ONLY
   if (BLOCK) {  // its own grid (the check below is for 4 elements per invocation)
     // 4x4 blocks, 4x64 blocks (16x256 elements) per workgroup: each
     // 64-byte line of a transposed operand is read whole by one workgroup
@@ -148,9 +150,7 @@ void main() {
     }
     return;
   }
-#endif
   if (i0 >= n) return;
-#ifndef FAST_ONLY
   if (TWO_D) {
     const int W = pc.p.w;
     const int r = i0 / W;
@@ -174,8 +174,6 @@ void main() {
     o4.v[(pc.p.z + r * pc.q.z + col) / 4] = SV4(OUT_DT, res);
     return;
   }
-#endif
-#ifndef FAST_ONLY
   for (int c = 0; c < 4; ++c) {
     const int i = i0 + c;
     if (i >= n) break;

@@ -128,7 +128,7 @@ uint f2bf(float f) {
 // - BP_DESC (modules <name>_dsc): the operand is a storage-buffer descriptor,
 //   set 1 binding k, pushed per dispatch (VK_KHR_push_descriptor); used when
 //   every operand's window lies within maxStorageBufferRange. On lavapipe a
-//   streaming add runs ~1.4x faster so than through addresses.
+//   streaming add runs ~1.4x faster than through addresses.
 // - otherwise: a buffer reference (physical storage buffer address,
 //   VK_KHR_buffer_device_address) built from pc.addr[k], so a tensor may be
 //   larger than maxStorageBufferRange.
