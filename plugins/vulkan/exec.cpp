@@ -234,16 +234,14 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
              "vulkan: operand count mismatch");
   if (groups == 0 && !s.prepare) return;
   // Descriptors where every window fits one (set 1 of the pipeline's twin),
-  // else device addresses: the same kernel either way.
+  // else device addresses: the same kernel either way. Windows start at
+  // multiples of minStorageBufferOffsetAlignment by construction (operand
+  // windows in kernels_common.cpp, scratch at an allocation's start).
   const Pipeline* pl = &p;
-  if (p.dsc) {
-    const VkPhysicalDeviceLimits& lim = dev_->props.limits;
-    bool fits = true;
-    for (const auto& b : operands)
-      fits = fits && b.buffer && b.range > 0 && b.range <= lim.maxStorageBufferRange &&
-             b.offset % std::max<VkDeviceSize>(lim.minStorageBufferOffsetAlignment, 1) == 0;
-    if (fits) pl = p.dsc;
-  }
+  if (p.dsc &&
+      std::all_of(operands.begin(), operands.end(),
+                  [&](const Binding& b) { return b.range <= dev_->props.limits.maxStorageBufferRange; }))
+    pl = p.dsc;
   dev_->pipelines.request(*pl);
   // A preparing run (begin_prepare, ABI 1.4) records one dispatch of no
   // workgroups per pipeline, and synchronize() submits them as a run's: it
@@ -283,15 +281,11 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
                    {pwords[0], pwords[1], pwords[2], pwords[3]},
                    {qwords[0], qwords[1], qwords[2], qwords[3]},
                    {}};
-  VkDescriptorBufferInfo infos[kMaxOperands]{};
-  for (size_t i = 0; i < operands.size(); ++i) {
-    if (pl->descriptors) {
-      infos[i] = {operands[i].buffer, operands[i].offset, operands[i].range};
-    } else {
+  if (!pl->descriptors)
+    for (size_t i = 0; i < operands.size(); ++i) {
       BPVK_CHECK(operands[i].address != 0, BP_ERR_INTERNAL, "vulkan: an operand outside the device's memory blocks");
       pc.addr[i] = operands[i].address + operands[i].offset;
     }
-  }
 
   // Fold the grid so every dimension stays within maxComputeWorkGroupCount.
   const auto* mx = dev_->props.limits.maxComputeWorkGroupCount;
@@ -307,7 +301,8 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
   }
   PendingDispatch& d = s.pending.emplace_back();
   d.pipeline = pl;
-  if (pl->descriptors) std::copy(infos, infos + operands.size(), d.operands);
+  if (pl->descriptors)
+    for (size_t i = 0; i < operands.size(); ++i) d.operands[i] = {operands[i].buffer, operands[i].offset, operands[i].range};
   d.set = set;
   d.groups[0] = static_cast<uint32_t>(gx);
   d.groups[1] = static_cast<uint32_t>(gy);
