@@ -2,9 +2,11 @@
 // (when built with it and the processor has the ISA: bf16 on AVX512-BF16/AMX,
 // f32 on AVX-512), and where it keeps them: strided, transposed, sliced and
 // batched operands, broadcast batches, grouped/strided/dilated convolutions,
-// bias, and an output bound to application memory. Every result is checked
+// bias, and an output bound to application memory; and at batch 1 on two
+// threads, where convolutions split by output channels or groups and
+// batched matmuls against one b run as one product. Every result is checked
 // against an f64 reference computed here, within docs/ops.md's tolerances
-// (f32: 1e-4 relative or 1e-6 absolute for matmul/conv2d; bf16: 2e-2), so
+// (f32: 1e-4 relative or 1e-6 absolute for matmul/conv2d; f16: 1e-2; bf16: 2e-2), so
 // the tests hold on every path the plugin may take.
 #include <catch2/catch.hpp>
 
@@ -38,8 +40,9 @@ HostTensor random_tensor(bp_dtype d, Shape shape, uint32_t seed) {
   return t;
 }
 
-double tol_rel(bp_dtype d) { return d == BP_DTYPE_BF16 ? 2e-2 : 1e-4; }
-double tol_abs(bp_dtype d) { return d == BP_DTYPE_BF16 ? 2e-2 : 1e-6; }
+double tol_rel(bp_dtype d) { return d == BP_DTYPE_BF16 ? 2e-2 : d == BP_DTYPE_F16 ? 1e-2 : 1e-4; }
+double tol_abs(bp_dtype d) { return d == BP_DTYPE_BF16 ? 2e-2 : d == BP_DTYPE_F16 ? 1e-2 : 1e-6; }
+bool half(bp_dtype d) { return d == BP_DTYPE_BF16 || d == BP_DTYPE_F16; }
 
 // Element-wise check within docs/ops.md's bounds; `scale` is the size of the
 // terms summed (the bound for reductions is relative to them where the sum
@@ -51,7 +54,7 @@ void check_close(const HostTensor& got, const std::vector<double>& want, const s
   for (int64_t i = 0; i < got.numel(); ++i) {
     const double g = got.get(i), w = want[static_cast<size_t>(i)], m = magnitude[static_cast<size_t>(i)];
     const double err = std::abs(g - w);
-    if (err <= tol_abs(d) || err <= tol_rel(d) * std::max(std::abs(w), m * (d == BP_DTYPE_BF16 ? 0.5 : 1e-3))) continue;
+    if (err <= tol_abs(d) || err <= tol_rel(d) * std::max(std::abs(w), m * (half(d) ? 0.5 : 1e-3))) continue;
     if (bad++ == 0) first = "at " + std::to_string(i) + ": got " + std::to_string(g) + ", want " + std::to_string(w);
   }
   INFO(first);
@@ -267,6 +270,156 @@ TEST_CASE("cpu conv2d: padding, stride, dilation, groups, bias, a strided input"
           const Ref r = ref_conv(x, w, c.bias ? &bias : nullptr, c, OH, OW);
           check_close(plan.run(inputs).at("y"), r.y, r.mag, d);
         }
+      }
+    }
+  }
+}
+
+namespace {
+
+// A runtime of exactly two threads: the batch-1 splits are what it checks.
+backplane::Runtime& two_thread_runtime() {
+  static backplane::Runtime* rt = [] {
+    backplane::RuntimeOptions o;
+    o.num_threads = 2;
+    return backplane::Runtime::create(o).release();
+  }();
+  return *rt;
+}
+
+const char* dtype_name(bp_dtype d) {
+  switch (d) {
+    case BP_DTYPE_F32: return "f32";
+    case BP_DTYPE_BF16: return "bf16";
+    case BP_DTYPE_F16: return "f16";
+    default: return "f64";
+  }
+}
+
+}  // namespace
+
+// Batch 1 on two threads: oneDNN (f32 on AVX-512, bf16 on AVX512-BF16) splits
+// each convolution by output channels, or by groups, 16 channels at a time;
+// the plugin's own kernels (f16, f64, and everything without oneDNN) take
+// depthwise convolutions directly, 1x1 ones as a plain GEMM over the image,
+// and small groups one per thread. tests/onednn_split_ran.sh checks from
+// oneDNN's log that the split primitives are the ones that ran.
+TEST_CASE("cpu conv2d at batch 1 on two threads: channel and group splits, depthwise, pointwise", "[cpu][onednn]") {
+  auto& rt = two_thread_runtime();
+  REQUIRE(rt.num_threads() == 2);
+  auto& dev = rt.device("cpu");
+  const std::vector<ConvCase> cases = {
+      {{1, 64, 28, 28}, {64, 64, 3, 3}, true, 1, 1, 1, 1},       // ResNet 3x3: split by output channels
+      {{1, 3, 64, 64}, {32, 3, 7, 7}, true, 2, 3, 1, 1},         // the stem: 7x7 at stride 2 over 3 channels
+      {{1, 144, 56, 56}, {144, 1, 3, 3}, true, 1, 1, 1, 144},    // depthwise: split by groups
+      {{1, 96, 57, 57}, {96, 1, 3, 3}, false, 2, 1, 1, 96},      // depthwise at stride 2, odd size
+      {{1, 32, 8, 8}, {64, 1, 3, 3}, true, 1, 1, 2, 32},         // depthwise with two filters per channel, dilated
+      {{1, 64, 40, 40}, {96, 64, 1, 1}, true, 1, 0, 1, 1},       // pointwise
+      {{1, 64, 28, 28}, {64, 8, 3, 3}, true, 1, 1, 1, 8},        // eight groups of eight channels
+  };
+  for (bp_dtype d : {BP_DTYPE_F32, BP_DTYPE_BF16, BP_DTYPE_F16, BP_DTYPE_F64}) {
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const ConvCase& c = cases[ci];
+      for (bool strided_x : {false, true}) {
+        if (strided_x && (d == BP_DTYPE_F16 || d == BP_DTYPE_F64)) continue;
+        DYNAMIC_SECTION(dtype_name(d) << " case " << ci << (strided_x ? " strided x" : "")) {
+          const int64_t OH = (c.x[2] + 2 * c.pad - c.dil * (c.w[2] - 1) - 1) / c.stride + 1;
+          const int64_t OW = (c.x[3] + 2 * c.pad - c.dil * (c.w[3] - 1) - 1) / c.stride + 1;
+          const HostTensor x = random_tensor(d, c.x, 41 + static_cast<uint32_t>(ci));
+          const HostTensor w = random_tensor(d, c.w, 51 + static_cast<uint32_t>(ci));
+          const HostTensor bias = random_tensor(d, {c.w[0]}, 61 + static_cast<uint32_t>(ci));
+          Graph g;
+          std::map<std::string, HostTensor> inputs;
+          if (strided_x) {
+            // x as NHWC memory seen through a permute: channels innermost
+            // (a channel slice of it is no dense block).
+            const Shape nhwc{1, c.x[2], c.x[3], c.x[1]};
+            HostTensor xs(d, nhwc);
+            for (int64_t ch = 0; ch < c.x[1]; ++ch)
+              for (int64_t h = 0; h < c.x[2]; ++h)
+                for (int64_t ww = 0; ww < c.x[3]; ++ww)
+                  xs.set((h * c.x[3] + ww) * c.x[1] + ch, x.get((ch * c.x[2] + h) * c.x[3] + ww));
+            g.input("xs", d, nhwc);
+            g.node("x", "permute", {"xs"}, {{"dims", {0, 3, 1, 2}}});
+            inputs["xs"] = xs;
+          } else {
+            g.input("x", d, c.x);
+            inputs["x"] = x;
+          }
+          g.input("w", d, c.w);
+          inputs["w"] = w;
+          const Json params = {{"stride", c.stride}, {"padding", c.pad}, {"dilation", c.dil}, {"groups", c.groups}};
+          if (c.bias) {
+            g.input("bias", d, {c.w[0]});
+            inputs["bias"] = bias;
+            g.node("y", "conv2d", {"x", "w", "bias"}, params);
+          } else {
+            g.node("y", "conv2d", {"x", "w", ""}, params);
+          }
+          g.output("y");
+          auto plan = rt.compile(g, dev);
+          const Ref r = ref_conv(x, w, c.bias ? &bias : nullptr, c, OH, OW);
+          check_close(plan.run(inputs).at("y"), r.y, r.mag, d);
+        }
+      }
+    }
+  }
+}
+
+// Batched a against one b (2-D, or its batch dims of size 1) whose batch
+// dims and rows flatten into one run of rows: one [B * M, K] x [K, N]
+// product, for M = 1 (attention's [S, 1, K] rows) and M > 1; and an a whose
+// batches cannot be flattened (a permuted view), which takes the product
+// per batch.
+TEST_CASE("cpu matmul on two threads: batches against one b flattened into one product", "[cpu][onednn]") {
+  auto& rt = two_thread_runtime();
+  auto& dev = rt.device("cpu");
+  struct MmCase {
+    Shape a, b;
+    bool permuted_a;
+  };
+  const std::vector<MmCase> cases = {
+      {{64, 1, 256}, {256, 192}, false},
+      {{1, 48, 256}, {256, 192}, false},
+      {{2, 3, 5, 64}, {64, 40}, false},
+      {{6, 5, 64}, {1, 64, 40}, false},
+      {{6, 5, 64}, {64, 40}, true},
+      {{4, 16, 64}, {4, 64, 16}, false},
+  };
+  for (bp_dtype d : {BP_DTYPE_F32, BP_DTYPE_BF16, BP_DTYPE_F16, BP_DTYPE_F64}) {
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const MmCase& c = cases[ci];
+      DYNAMIC_SECTION(dtype_name(d) << " case " << ci) {
+        const int64_t r = static_cast<int64_t>(c.a.size());
+        const int64_t M = c.a[r - 2], K = c.a[r - 1], N = c.b.back();
+        int64_t batch = 1;
+        for (int64_t i = 0; i + 2 < r; ++i) batch *= c.a[i];
+        const bool b_batched = c.b.size() == c.a.size() && c.b[0] > 1;
+        const HostTensor a = random_tensor(d, c.a, 71 + static_cast<uint32_t>(ci));
+        const HostTensor b = random_tensor(d, c.b, 81 + static_cast<uint32_t>(ci));
+        Graph g;
+        std::map<std::string, HostTensor> inputs;
+        if (c.permuted_a) {
+          // a [B, M, K] held as [M, B, K] memory: rows of a batch are B * K apart.
+          const Shape mbk{M, batch, K};
+          HostTensor am(d, mbk);
+          for (int64_t t = 0; t < batch; ++t)
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t k = 0; k < K; ++k) am.set((i * batch + t) * K + k, a.get((t * M + i) * K + k));
+          g.input("am", d, mbk);
+          g.node("a", "permute", {"am"}, {{"dims", {1, 0, 2}}});
+          inputs["am"] = am;
+        } else {
+          g.input("a", d, c.a);
+          inputs["a"] = a;
+        }
+        g.input("b", d, c.b);
+        inputs["b"] = b;
+        g.node("y", "matmul", {"a", "b"});
+        g.output("y");
+        auto plan = rt.compile(g, dev);
+        const Ref ref = ref_matmul(values(a), values(b), batch, M, K, N, b_batched);
+        check_close(plan.run(inputs).at("y"), ref.y, ref.mag, d);
       }
     }
   }

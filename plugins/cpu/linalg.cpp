@@ -360,6 +360,98 @@ template <class T, class P> struct Im2colB {
   }
 };
 
+// Depthwise conv2d (one input channel per filter): a direct sum per
+// output row. The kH input rows an output row reads are each split into
+// `sw` phase rows (phase r holds columns r, r + sw, ...: padding as zeros,
+// converted to P), so every filter tap is one contiguous multiply-add run
+// over the output row, whatever the stride.
+struct DwGeom {
+  int64_t N, H, W, O, Og, kH, kW, sh, sw, dh, dw, pt, pl, OH, OW;
+  int64_t xs0, xs1, xs2, xs3;
+};
+
+template <class P>
+[[gnu::always_inline]] inline void dw_taps(P* __restrict acc, const P* __restrict ph, int64_t len, int64_t stride_q,
+                                           const P* w, int64_t kW, int64_t dw, int64_t sw) {
+  for (int64_t kw = 0; kw < kW; ++kw) {
+    const int64_t off = kw * dw;
+    const P* __restrict src = ph + (off % sw) * stride_q + off / sw;
+    const P wv = w[kw];
+    for (int64_t i = 0; i < len; ++i) acc[i] += wv * src[i];
+  }
+}
+
+template <class P> using DwTapsFn = void (*)(P*, const P*, int64_t, int64_t, const P*, int64_t, int64_t, int64_t);
+#define BP_CPU_DW(NAME, TARGET, P)                                                                                   \
+  TARGET void NAME(P* acc, const P* ph, int64_t len, int64_t stride_q, const P* w, int64_t kW, int64_t dw, int64_t sw) { \
+    dw_taps<P>(acc, ph, len, stride_q, w, kW, dw, sw);                                                               \
+  }
+#if defined(__x86_64__)
+BP_CPU_DW(dw_f32_avx512, BP_CPU_AVX512, float)
+BP_CPU_DW(dw_f64_avx512, BP_CPU_AVX512, double)
+BP_CPU_DW(dw_f32_avx2, BP_CPU_AVX2, float)
+BP_CPU_DW(dw_f64_avx2, BP_CPU_AVX2, double)
+#endif
+BP_CPU_DW(dw_f32_base, , float)
+BP_CPU_DW(dw_f64_base, , double)
+#undef BP_CPU_DW
+
+template <class P> DwTapsFn<P> pick_dw() {
+  constexpr bool f = std::is_same_v<P, float>;
+#if defined(__x86_64__)
+  switch (isa()) {
+    case Isa::avx512:
+      if constexpr (f) return dw_f32_avx512;
+      else return dw_f64_avx512;
+    case Isa::avx2:
+      if constexpr (f) return dw_f32_avx2;
+      else return dw_f64_avx2;
+    default:
+      break;
+  }
+#endif
+  if constexpr (f) return dw_f32_base;
+  else return dw_f64_base;
+}
+
+// y (dense) = depthwise conv2d(x, w) + bias: x at x[0, 0, 0, 0], w dense
+// [O, 1, kH, kW] and bias [O] in P. Output rows are split over the threads.
+template <class T, class P>
+void conv2d_depthwise(const Call& c, const DwGeom& g, const T* x, const P* w, const P* bias, T* y) {
+  const DwTapsFn<P> taps = pick_dw<P>();
+  const int64_t q_max = ((g.kW - 1) * g.dw) / g.sw;
+  const int64_t stride_q = g.OW + q_max + 1;  // one phase row
+  const int64_t rows = g.N * g.O * g.OH;
+  pfor(c, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, g.OW * g.kH * g.kW)), [&](int64_t r0, int64_t r1) {
+    std::vector<P> acc(static_cast<size_t>(g.OW)), ph(static_cast<size_t>(g.sw * stride_q));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t oh = r % g.OH, o = (r / g.OH) % g.O, n = r / (g.OH * g.O);
+      const T* xc = x + n * g.xs0 + (o / g.Og) * g.xs1;
+      std::fill(acc.begin(), acc.end(), bias[o]);
+      for (int64_t kh = 0; kh < g.kH; ++kh) {
+        const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
+        if (ih < 0 || ih >= g.H) continue;
+        const T* xr = xc + ih * g.xs2;
+        // Phase rows: element j of phase p is input column j * sw + p - pl.
+        for (int64_t p = 0; p < g.sw; ++p) {
+          P* d = ph.data() + p * stride_q;
+          // Columns inside the image: j in [j0, j1).
+          const int64_t j0 = std::clamp<int64_t>((g.pl - p + g.sw - 1) / g.sw, 0, stride_q);
+          const int64_t j1 = std::clamp<int64_t>((g.W + g.pl - p + g.sw - 1) / g.sw, j0, stride_q);
+          std::fill(d, d + j0, P(0));
+          const T* xp = xr + (j0 * g.sw + p - g.pl) * g.xs3;
+          const int64_t step = g.sw * g.xs3;
+          for (int64_t j = j0; j < j1; ++j) d[j] = static_cast<P>(ld(xp[(j - j0) * step]));
+          std::fill(d + j1, d + stride_q, P(0));
+        }
+        taps(acc.data(), ph.data(), g.OW, stride_q, w + (o * g.kH + kh) * g.kW, g.kW, g.dw, g.sw);
+      }
+      T* yr = y + r * g.OW;
+      for (int64_t i = 0; i < g.OW; ++i) yr[i] = st<T>(static_cast<comp_t<T>>(acc[static_cast<size_t>(i)]));
+    }
+  });
+}
+
 template <class T> using gemm_p_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 template <bp_dtype D> struct MatmulK {
@@ -373,29 +465,52 @@ template <bp_dtype D> struct MatmulK {
     BP_CPU_CHECK(r >= 2 && lb.rank == r && lo.rank == r, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": operands of rank " + std::to_string(la.rank) + " and " + std::to_string(lb.rank) +
                    ", output rank " + std::to_string(lo.rank) + " (the host promotes to equal rank >= 2)");
-    const int64_t M = la.shape[r - 2], K = la.shape[r - 1], N = lb.shape[r - 1];
-    bool ok = lb.shape[r - 2] == K && lo.shape[r - 2] == M && lo.shape[r - 1] == N;
+    const int64_t M0 = la.shape[r - 2], K = la.shape[r - 1], N = lb.shape[r - 1];
+    bool ok = lb.shape[r - 2] == K && lo.shape[r - 2] == M0 && lo.shape[r - 1] == N;
     for (uint32_t i = 0; ok && i + 2 < r; ++i) ok = la.shape[i] == lo.shape[i] && lb.shape[i] == lo.shape[i];
     BP_CPU_CHECK(ok, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": shapes " + dims_str(la) + " x " + dims_str(lb) + " -> " + dims_str(lo) + " do not fit");
     int64_t bshape[BP_MAX_RANK] = {};
     for (uint32_t i = 0; i < r; ++i) bshape[i] = i + 2 < r ? lo.shape[i] : 1;
     const sdk::StridedWalker<3> w(r, bshape, {&la, &lb, &lo});
-    const int64_t batches = w.numel();
-    if (batches == 0 || M == 0 || N == 0) return;
+    if (w.numel() == 0 || M0 == 0 || N == 0) return;
     std::vector<std::array<int64_t, 3>> offs;
-    offs.reserve(static_cast<size_t>(batches));
+    offs.reserve(static_cast<size_t>(w.numel()));
     w.run_all([&](const int64_t* off, int64_t n, const int64_t* s) {
       for (int64_t i = 0; i < n; ++i) offs.push_back({off[0] + i * s[0], off[1] + i * s[1], off[2] + i * s[2]});
     });
     T* y = c.out_data<T>();
     if (K == 0) {  // empty sums; the operands may be NULL
-      for (const auto& o : offs) std::fill(y + o[2], y + o[2] + M * N, st<T>(comp_t<T>(0)));
+      for (const auto& o : offs) std::fill(y + o[2], y + o[2] + M0 * N, st<T>(comp_t<T>(0)));
       return;
     }
     const T* a = c.in_data<T>(0);
     const T* b = c.in_data<T>(1);
-    const int64_t rsa = la.strides[r - 2], csa = la.strides[r - 1], rsb = lb.strides[r - 2], csb = lb.strides[r - 1];
+    int64_t rsa = la.strides[r - 2];
+    const int64_t csa = la.strides[r - 1], rsb = lb.strides[r - 2], csb = lb.strides[r - 1];
+    int64_t M = M0, batches = static_cast<int64_t>(offs.size());
+    // One b for every batch (2-D, or its batch dims broadcast) and a's batch
+    // dims and rows one run of rows by their strides (x @ W.T of a [B, S, K]
+    // activation, [S, 1, K] attention rows): one product [batches * M, K] x
+    // [K, N] over the dense, batch-major output, instead of a product per
+    // batch that packs all of b again for a few rows.
+    if (batches > 1) {
+      bool one_b = true;
+      for (uint32_t i = 0; i + 2 < r; ++i) one_b = one_b && (lb.shape[i] == 1 || lb.strides[i] == 0);
+      int64_t rows = 1, row_stride = rsa;
+      for (uint32_t i = r - 1; one_b && i-- > 0;) {  // dims r-2 .. 0, inner to outer
+        if (la.shape[i] == 1) continue;
+        if (rows == 1) row_stride = la.strides[i];
+        else if (la.strides[i] != row_stride * rows) one_b = false;
+        rows *= la.shape[i];
+      }
+      if (one_b) {
+        M = rows;
+        rsa = row_stride;
+        offs.resize(1);
+        batches = 1;
+      }
+    }
     // bf16 (and f32 where it wins) through oneDNN when it takes the layout.
     if (onednn::matmul(c, D, offs, M, N, K, rsa, csa, rsb, csb)) return;
     const double flops = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
@@ -471,6 +586,11 @@ template <bp_dtype D> struct Conv2dK {
       for (int64_t o = 0; o < O; ++o) bias[o] = static_cast<P>(ld(bsrc[lbias.offset + o * lbias.strides[0]]));
     }
     const int64_t xs0 = lx.strides[0], xs1 = lx.strides[1], xs2 = lx.strides[2], xs3 = lx.strides[3];
+    if (Cg == 1 && Og <= 4) {  // depthwise (MobileNet's 3x3s): a GEMM of one row per group would waste the tile
+      conv2d_depthwise<T, P>(c, DwGeom{N, H, W, O, Og, kH, kW, sh, sw, dh, dw, pt, pl, OH, OW, xs0, xs1, xs2, xs3},
+                             x + lx.offset, wd.data(), bias.data(), y);
+      return;
+    }
     if constexpr (std::is_same_v<P, float>) {
       const WinogradConv wg{N, C, H, W, O, G, pt, pl, OH, OW, {xs0, xs1, xs2, xs3}};
       if (kH == 3 && kW == 3 && sh == 1 && sw == 1 && dh == 1 && dw == 1 && winograd_pays(wg)) {
@@ -478,26 +598,50 @@ template <bp_dtype D> struct Conv2dK {
         return;
       }
     }
-    std::vector<P> tmp(std::is_same_v<T, P> ? 0 : static_cast<size_t>(Og * L));
-    for (int64_t n = 0; n < N; ++n) {
-      for (int64_t g = 0; g < G; ++g) {
-        const Im2colB<T, P> src{x + lx.offset + n * xs0 + g * Cg * xs1, xs1, xs2, xs3, H, W, kH, kW, OW, sh, sw, pt, pl, dh, dw};
-        const P* wg = wd.data() + g * Og * Kd;
-        T* yg = y + (n * O + g * Og) * L;
-        P* cg = nullptr;
-        if constexpr (std::is_same_v<T, P>) cg = yg;
-        else cg = tmp.data();
-        gemm_packed<P>(c, Og, L, Kd, StridedA<P, P>{wg, Kd, 1}, src, cg, L);
-        pfor(c, Og, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, L)), [&](int64_t o0, int64_t o1) {
-          for (int64_t o = o0; o < o1; ++o) {
-            const P bv = bias[g * Og + o];
-            P* row = cg + o * L;
-            T* orow = yg + o * L;
-            for (int64_t i = 0; i < L; ++i) orow[i] = st<T>(static_cast<comp_t<T>>(row[i] + bv));
-          }
-        });
+    // A 1x1 convolution at stride 1 without padding is a plain GEMM whose B
+    // is the image itself, [Cg, H * W], when its pixels are one stride apart.
+    const bool pointwise = kH == 1 && kW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0 &&
+                           (H == 1 || W == 1 || xs2 == W * xs3);
+    const int64_t pixel_stride = W == 1 ? xs2 : xs3;
+    // One (image, group) product; tmp holds the f32 result of a half type.
+    auto product = [&](int64_t n, int64_t g, std::vector<P>& tmp) {
+      const T* xg = x + lx.offset + n * xs0 + g * Cg * xs1;
+      const P* wg = wd.data() + g * Og * Kd;
+      T* yg = y + (n * O + g * Og) * L;
+      P* cg = nullptr;
+      if constexpr (std::is_same_v<T, P>) {
+        cg = yg;
+      } else {
+        tmp.resize(static_cast<size_t>(Og * L));
+        cg = tmp.data();
       }
+      if (pointwise)
+        gemm_packed<P>(c, Og, L, Kd, StridedA<P, P>{wg, Kd, 1}, StridedB<T, P>{xg, xs1, pixel_stride}, cg, L);
+      else
+        gemm_packed<P>(c, Og, L, Kd, StridedA<P, P>{wg, Kd, 1},
+                       Im2colB<T, P>{xg, xs1, xs2, xs3, H, W, kH, kW, OW, sh, sw, pt, pl, dh, dw}, cg, L);
+      pfor(c, Og, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, L)), [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o) {
+          const P bv = bias[g * Og + o];
+          P* row = cg + o * L;
+          T* orow = yg + o * L;
+          for (int64_t i = 0; i < L; ++i) orow[i] = st<T>(static_cast<comp_t<T>>(row[i] + bv));
+        }
+      });
+    };
+    // Products too small for the GEMM to split (groups, small images) go one
+    // per thread; larger ones one after another, each on every thread.
+    const double flops = static_cast<double>(Og) * static_cast<double>(L) * static_cast<double>(Kd);
+    if (N * G > 1 && flops < 2e6) {
+      pfor(c, N * G, std::max<int64_t>(1, static_cast<int64_t>(2e6 / std::max(flops, 1.0))), [&](int64_t i0, int64_t i1) {
+        std::vector<P> tmp;
+        for (int64_t i = i0; i < i1; ++i) product(i / G, i % G, tmp);
+      });
+      return;
     }
+    std::vector<P> tmp;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t g = 0; g < G; ++g) product(n, g, tmp);
   }
 };
 

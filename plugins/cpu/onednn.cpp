@@ -312,60 +312,95 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
   }
   const int64_t Og = g.O / g.G;
   const bool grouped = g.G > 1;
-  const dims wdims = grouped ? dims{g.G, Og, g.Cg, g.kH, g.kW} : dims{g.O, g.Cg, g.kH, g.kW};
-  const dims wstrides = grouped ? dims{Og * ws[0], ws[0], ws[1], ws[2], ws[3]} : dims{ws[0], ws[1], ws[2], ws[3]};
-  const dnnl::memory::desc w_user(wdims, *t, wstrides);
   const bool has_bias = c.has_input(2);
-  const dnnl::memory::desc bias_md({g.O}, dt::f32, dnnl::memory::format_tag::x);
 
-  // Pieces: images over the threads.
+  // Pieces: images over the threads; when there are fewer images than
+  // pieces wanted (batch 1), each image is also split by output channels
+  // (whole groups when grouped: a piece then reads only its groups' input
+  // channels), 16 channels at a time where there are enough (oneDNN's
+  // blocking on AVX-512).
   const int64_t threads = num_threads(c);
-  int64_t parts = threads == 1 ? 1 : std::min(threads * kPiecesPerThread, g.N);
-  while (parts > 1 && macs / static_cast<double>(parts) < kMinMacsPerThread) --parts;
-  const Split split{g.N, parts};
+  const int64_t want = threads * kPiecesPerThread;
+  int64_t nparts = threads == 1 ? 1 : std::min(want, g.N);
+  while (nparts > 1 && macs / static_cast<double>(nparts) < kMinMacsPerThread) --nparts;
+  const int64_t units = grouped ? g.G : g.O;  // what a channel piece takes a range of
+  const int64_t ualign = grouped ? std::max<int64_t>(1, 16 / Og) : 16;
+  int64_t cparts = 1;
+  if (threads > 1 && nparts < want) {
+    cparts = std::min((want + nparts - 1) / nparts, std::max<int64_t>(1, units / ualign));
+    while (cparts > 1 && macs / static_cast<double>(nparts * cparts) < kMinMacsPerThread) --cparts;
+  }
+  const Split nsplit{g.N, nparts}, csplit{units, cparts, cparts > 1 ? ualign : 1};
 
+  // One primitive per distinct (images, units) piece size (at most a few),
+  // made on this thread (oneDNN caches them, so a plan run again finds them).
   OneThread one;
   struct Prim {
-    int64_t n = -1;
+    int64_t n = -1, u = -1;
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward prim;
   };
-  Prim prims[2];
-  const dnnl::memory::desc any_w(wdims, *t, dnnl::memory::format_tag::any);
+  std::vector<Prim> prims;
+  auto prim_for = [&](int64_t n, int64_t u) -> const Prim* {
+    for (const Prim& p : prims)
+      if (p.n == n && p.u == u) return &p;
+    return nullptr;
+  };
+  // Per piece of units: channels in and out, and the weights' dims.
+  auto cin = [&](int64_t u) { return grouped ? u * g.Cg : g.C; };
+  auto cout = [&](int64_t u) { return grouped ? u * Og : u; };
+  auto wdims = [&](int64_t u) { return grouped ? dims{u, Og, g.Cg, g.kH, g.kW} : dims{u, g.Cg, g.kH, g.kW}; };
+  const dims wstrides = grouped ? dims{Og * ws[0], ws[0], ws[1], ws[2], ws[3]} : dims{ws[0], ws[1], ws[2], ws[3]};
   try {
-    for (int64_t i = 0; i < parts; ++i) {
-      const int64_t n = split.lo(i + 1) - split.lo(i);
-      if (prims[0].n == n || prims[1].n == n) continue;
-      Prim& p = prims[0].n < 0 ? prims[0] : prims[1];
-      const dnnl::memory::desc src({n, g.C, g.H, g.W}, *t, dnnl::memory::format_tag::any);
-      const dnnl::memory::desc dst({n, g.O, g.OH, g.OW}, *t, dnnl::memory::format_tag::any);
-      const dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
-      const auto desc = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                                   dnnl::algorithm::convolution_direct, src, any_w,
-                                                                   bias_md, dst, strides, dil, pl, pr)
-                                 : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                                   dnnl::algorithm::convolution_direct, src, any_w, dst,
-                                                                   strides, dil, pl, pr);
-      p.pd = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), *g_engine);
-      if (!fast_impl(p.pd.impl_info_str())) return false;
-      p.prim = dnnl::convolution_forward(p.pd);
-      p.n = n;
-    }
-    if (prims[1].n >= 0 && prims[1].pd.weights_desc() != prims[0].pd.weights_desc()) return false;
+    for (int64_t i = 0; i < nparts; ++i)
+      for (int64_t j = 0; j < cparts; ++j) {
+        const int64_t n = nsplit.lo(i + 1) - nsplit.lo(i), u = csplit.lo(j + 1) - csplit.lo(j);
+        if (n <= 0 || u <= 0 || prim_for(n, u)) continue;
+        Prim p;
+        const dnnl::memory::desc src({n, cin(u), g.H, g.W}, *t, dnnl::memory::format_tag::any);
+        const dnnl::memory::desc dst({n, cout(u), g.OH, g.OW}, *t, dnnl::memory::format_tag::any);
+        const dnnl::memory::desc any_w(wdims(u), *t, dnnl::memory::format_tag::any);
+        const dnnl::memory::desc bias_md({cout(u)}, dt::f32, dnnl::memory::format_tag::x);
+        const dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
+        const auto desc = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                     dnnl::algorithm::convolution_direct, src, any_w,
+                                                                     bias_md, dst, strides, dil, pl, pr)
+                                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                     dnnl::algorithm::convolution_direct, src, any_w, dst,
+                                                                     strides, dil, pl, pr);
+        p.pd = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), *g_engine);
+        if (!fast_impl(p.pd.impl_info_str())) return false;
+        p.prim = dnnl::convolution_forward(p.pd);
+        p.n = n;
+        p.u = u;
+        prims.push_back(std::move(p));
+      }
+    // One weights buffer per channel piece serves every image piece: their
+    // primitives must agree on its format.
+    for (const Prim& p : prims)
+      for (const Prim& q : prims)
+        if (p.u == q.u && p.pd.weights_desc() != q.pd.weights_desc()) return false;
   } catch (const dnnl::error&) {
     return false;
   }
 
-  // Weights (and bias) in the primitive's own format, once, shared by the pieces.
-  const dnnl::memory::desc w_prim = prims[0].pd.weights_desc();
-  Scratch wbuf(w_prim.get_size());
-  {
-    char* w = static_cast<char*>(const_cast<void*>(c.in[1].data)) + lw.offset * static_cast<int64_t>(dsize(d));
-    const dnnl::memory wu(w_user, *g_engine, w);
-    const dnnl::memory wp(w_prim, *g_engine, wbuf.get());
-    const dnnl::reorder::primitive_desc rpd(*g_engine, w_user, *g_engine, w_prim, user_scratchpad());
-    run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, wu}, {DNNL_ARG_TO, wp}});
-  }
+  // Ungrouped channel pieces all read the whole image: reformat it once per
+  // image piece (when their primitives agree on the format) instead of once
+  // per piece.
+  bool share_src = !grouped && cparts > 1;
+  for (const Prim& p : prims)
+    for (const Prim& q : prims)
+      if (p.n == q.n && p.pd.src_desc() != q.pd.src_desc()) share_src = false;
+
+  const size_t es = dsize(d);
+  char* x = static_cast<char*>(const_cast<void*>(c.in[0].data)) + lx.offset * static_cast<int64_t>(es);
+  char* w = static_cast<char*>(const_cast<void*>(c.in[1].data)) + lw.offset * static_cast<int64_t>(es);
+  char* y = static_cast<char*>(c.out[0].data);
+  const int64_t ystride = g.O * g.OH * g.OW;
+  auto x_user = [&](int64_t n, int64_t u) { return dnnl::memory::desc({n, cin(u), g.H, g.W}, *t, dims{xs[0], xs[1], xs[2], xs[3]}); };
+  // Element offset of piece (image n0, unit u0) in x and y.
+  auto x_off = [&](int64_t n0, int64_t u0) { return n0 * xs[0] + (grouped ? u0 * g.Cg * xs[1] : 0); };
+
   std::vector<float> bias;
   if (has_bias) {
     const bp_layout& lb = c.in_layout(2);
@@ -379,26 +414,74 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
     }
   }
 
-  const size_t es = dsize(d);
-  char* x = static_cast<char*>(const_cast<void*>(c.in[0].data)) + lx.offset * static_cast<int64_t>(es);
-  char* y = static_cast<char*>(c.out[0].data);
-  const int64_t ystride = g.O * g.OH * g.OW;
-  pfor(c, parts, 1, [&](int64_t i0, int64_t i1) {
+  // Weights (per channel piece) and the shared images in the primitives'
+  // formats, first, spread over the threads.
+  auto with_units = [&](int64_t u) -> const Prim* {
+    for (const Prim& p : prims)
+      if (p.u == u) return &p;
+    return nullptr;
+  };
+  std::vector<Scratch> wbuf, xbuf;
+  wbuf.reserve(static_cast<size_t>(cparts));
+  for (int64_t j = 0; j < cparts; ++j) {
+    const Prim* p = with_units(csplit.lo(j + 1) - csplit.lo(j));
+    wbuf.emplace_back(p ? p->pd.weights_desc().get_size() : 0);
+  }
+  if (share_src) {
+    xbuf.reserve(static_cast<size_t>(nparts));
+    for (int64_t i = 0; i < nparts; ++i) {
+      const int64_t n = nsplit.lo(i + 1) - nsplit.lo(i);
+      const Prim* p = prim_for(n, csplit.lo(1) - csplit.lo(0));
+      xbuf.emplace_back(p && p->pd.src_desc() != x_user(n, 0) ? p->pd.src_desc().get_size() : 0);
+    }
+  }
+  const int64_t prep = cparts + (share_src ? nparts : 0);
+  pfor(c, prep, 1, [&](int64_t i0, int64_t i1) {
     OneThread inner;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t n0 = split.lo(i), n = split.lo(i + 1) - n0;
-      const Prim& p = prims[0].n == n ? prims[0] : prims[1];
-      const dnnl::memory::desc x_user({n, g.C, g.H, g.W}, *t, dims{xs[0], xs[1], xs[2], xs[3]});
-      const dnnl::memory::desc y_user({n, g.O, g.OH, g.OW}, *t, dnnl::memory::format_tag::nchw);
-      const dnnl::memory xu(x_user, *g_engine, x + n0 * xs[0] * static_cast<int64_t>(es));
-      const dnnl::memory yu(y_user, *g_engine, y + n0 * ystride * static_cast<int64_t>(es));
-      // Input into the primitive's format unless it already is.
-      std::optional<Scratch> xbuf;
+      if (i < cparts) {
+        const int64_t u0 = csplit.lo(i), u = csplit.lo(i + 1) - u0;
+        if (u <= 0) continue;
+        const Prim* p = with_units(u);
+        const dnnl::memory::desc w_user(wdims(u), *t, wstrides);
+        const dnnl::memory wu(w_user, *g_engine, w + u0 * (grouped ? Og : 1) * ws[0] * static_cast<int64_t>(es));
+        const dnnl::memory wp(p->pd.weights_desc(), *g_engine, wbuf[static_cast<size_t>(i)].get());
+        const dnnl::reorder::primitive_desc rpd(*g_engine, w_user, *g_engine, p->pd.weights_desc(), user_scratchpad());
+        run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, wu}, {DNNL_ARG_TO, wp}});
+      } else {
+        const int64_t k = i - cparts, n0 = nsplit.lo(k), n = nsplit.lo(k + 1) - n0;
+        if (n <= 0 || !xbuf[static_cast<size_t>(k)].get()) continue;
+        const Prim* p = prim_for(n, csplit.lo(1) - csplit.lo(0));
+        const dnnl::memory xu(x_user(n, 0), *g_engine, x + x_off(n0, 0) * static_cast<int64_t>(es));
+        const dnnl::memory xp(p->pd.src_desc(), *g_engine, xbuf[static_cast<size_t>(k)].get());
+        const dnnl::reorder::primitive_desc rpd(*g_engine, x_user(n, 0), *g_engine, p->pd.src_desc(), user_scratchpad());
+        run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, xu}, {DNNL_ARG_TO, xp}});
+      }
+    }
+  });
+
+  pfor(c, nparts * cparts, 1, [&](int64_t i0, int64_t i1) {
+    OneThread inner;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t ip = i / cparts, jp = i % cparts;
+      const int64_t n0 = nsplit.lo(ip), n = nsplit.lo(ip + 1) - n0;
+      const int64_t u0 = csplit.lo(jp), u = csplit.lo(jp + 1) - u0;
+      if (n <= 0 || u <= 0) continue;
+      const Prim& p = *prim_for(n, u);
+      const int64_t o0 = grouped ? u0 * Og : u0;
+      const dnnl::memory::desc xd = x_user(n, u);
+      const dnnl::memory::desc y_user({n, cout(u), g.OH, g.OW}, *t, dims{ystride, g.OH * g.OW, g.OW, 1});
+      const dnnl::memory xu(xd, *g_engine, x + x_off(n0, u0) * static_cast<int64_t>(es));
+      const dnnl::memory yu(y_user, *g_engine, y + (n0 * ystride + o0 * g.OH * g.OW) * static_cast<int64_t>(es));
+      // Input in the primitive's format: shared, in place, or reformatted here.
+      std::optional<Scratch> xown;
       dnnl::memory xp = xu;
-      if (p.pd.src_desc() != x_user) {
-        xbuf.emplace(p.pd.src_desc().get_size());
-        xp = dnnl::memory(p.pd.src_desc(), *g_engine, xbuf->get());
-        const dnnl::reorder::primitive_desc rpd(*g_engine, x_user, *g_engine, p.pd.src_desc(), user_scratchpad());
+      if (share_src && xbuf[static_cast<size_t>(ip)].get()) {
+        xp = dnnl::memory(p.pd.src_desc(), *g_engine, xbuf[static_cast<size_t>(ip)].get());
+      } else if (p.pd.src_desc() != xd) {
+        xown.emplace(p.pd.src_desc().get_size());
+        xp = dnnl::memory(p.pd.src_desc(), *g_engine, xown->get());
+        const dnnl::reorder::primitive_desc rpd(*g_engine, xd, *g_engine, p.pd.src_desc(), user_scratchpad());
         run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, xu}, {DNNL_ARG_TO, xp}});
       }
       std::optional<Scratch> ybuf;
@@ -407,10 +490,13 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
         ybuf.emplace(p.pd.dst_desc().get_size());
         yp = dnnl::memory(p.pd.dst_desc(), *g_engine, ybuf->get());
       }
-      std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, xp},
-                                                 {DNNL_ARG_WEIGHTS, dnnl::memory(w_prim, *g_engine, wbuf.get())},
-                                                 {DNNL_ARG_DST, yp}};
-      if (has_bias) args.insert({DNNL_ARG_BIAS, dnnl::memory(bias_md, *g_engine, bias.data())});
+      std::unordered_map<int, dnnl::memory> args{
+          {DNNL_ARG_SRC, xp},
+          {DNNL_ARG_WEIGHTS, dnnl::memory(p.pd.weights_desc(), *g_engine, wbuf[static_cast<size_t>(jp)].get())},
+          {DNNL_ARG_DST, yp}};
+      if (has_bias)
+        args.insert({DNNL_ARG_BIAS, dnnl::memory(dnnl::memory::desc({cout(u)}, dt::f32, dnnl::memory::format_tag::x),
+                                                 *g_engine, bias.data() + o0)});
       run(p.prim, p.pd.scratchpad_desc(), std::move(args));
       if (ybuf) {
         const dnnl::reorder::primitive_desc rpd(*g_engine, p.pd.dst_desc(), *g_engine, y_user, user_scratchpad());

@@ -1,0 +1,50 @@
+#!/bin/sh
+# At batch 1 on two threads the CPU plugin splits a convolution it hands to
+# oneDNN by output channels (16 at a time) and a grouped one by groups, so
+# both threads work on one image: oneDNN's execution log (ONEDNN_VERBOSE=1)
+# must show the smaller primitives, not one over all channels. The values
+# on this path are checked by the [onednn] tests. Skipped (77) on a machine
+# where the plugin uses no oneDNN for f32 (no AVX-512).
+bin="$1"
+desc=$(BACKPLANE_PLUGIN_PATH= "$bin" devices --load 2>&1 | grep -A1 '^cpu ' | tail -1)
+echo "cpu: $desc"
+case "$desc" in
+  *oneDNN*avx512_core*) ;;
+  *) echo "the CPU plugin uses no oneDNN for f32 here: skipped"; exit 77 ;;
+esac
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cat > "$dir/graph.json" <<'GRAPH'
+{
+  "inputs": {
+    "x": {"value": 0.5, "dtype": "f32", "shape": [1, 64, 28, 28]},
+    "w": {"value": 0.25, "dtype": "f32", "shape": [64, 64, 3, 3]},
+    "xd": {"value": 0.5, "dtype": "f32", "shape": [1, 144, 56, 56]},
+    "wd": {"value": 0.25, "dtype": "f32", "shape": [144, 1, 3, 3]}
+  },
+  "nodes": [
+    {"name": "y", "op": "conv2d", "inputs": ["x", "w", null], "params": {"padding": 1}},
+    {"name": "yd", "op": "conv2d", "inputs": ["xd", "wd", null], "params": {"padding": 1, "groups": 144}}
+  ],
+  "outputs": ["y", "yd"]
+}
+GRAPH
+log=$(BACKPLANE_PLUGIN_PATH= BACKPLANE_NUM_THREADS=2 ONEDNN_VERBOSE=1 "$bin" run "$dir/graph.json" --device cpu --out "$dir/out" 2>&1)
+status=0
+convs=$(echo "$log" | grep "onednn_verbose,exec,cpu,convolution,")
+# 64 output channels in pieces of 16; 144 groups in two pieces of whole groups.
+if echo "$convs" | grep -q "mb1_ic64oc16_"; then
+  echo "64 -> 64 channels at batch 1: split by output channels"
+else
+  echo "64 -> 64 channels at batch 1: no oneDNN convolution over 16 output channels in the log:"
+  echo "$convs" | head -5
+  status=1
+fi
+if echo "$convs" | grep -q "g[0-9]*mb1_ic" && ! echo "$convs" | grep -q "g144mb1_ic"; then
+  echo "144 groups at batch 1: split by groups"
+else
+  echo "144 groups at batch 1: not split by groups in the log:"
+  echo "$convs" | head -5
+  status=1
+fi
+exit $status
