@@ -224,13 +224,19 @@ GraphFile parse_graph_json(const Json& j, const std::filesystem::path& base_dir)
       if (spec.is_string() || (spec.is_object() && spec.contains("file"))) {
         std::optional<bp_dtype> override_dtype;
         std::string file;
+        bool is_constant = false;
         if (spec.is_string()) {
           file = spec.get<std::string>();
         } else {
           if (!spec["file"].is_string()) throw Error(where + ": 'file' must be a path");
           file = spec["file"].get<std::string>();
           for (auto k = spec.begin(); k != spec.end(); ++k)
-            if (k.key() != "file" && k.key() != "dtype") throw Error(where + ": unknown key '" + k.key() + "' (takes file, dtype)");
+            if (k.key() != "file" && k.key() != "dtype" && k.key() != "constant")
+              throw Error(where + ": unknown key '" + k.key() + "' (takes file, dtype, constant)");
+          if (spec.contains("constant")) {
+            if (!spec["constant"].is_boolean()) throw Error(where + ": 'constant' must be true or false");
+            is_constant = spec["constant"].get<bool>();
+          }
           if (spec.contains("dtype")) {
             auto d = spec["dtype"].is_string() ? dtype_from_name(spec["dtype"].get<std::string>()) : std::nullopt;
             if (!d) throw Error(where + ": unknown dtype " + brief(spec["dtype"]));
@@ -245,12 +251,32 @@ GraphFile parse_graph_json(const Json& j, const std::filesystem::path& base_dir)
         } catch (const Error& e) {
           throw Error(where + ": " + e.what());
         }
-        gf.graph.input(name, t.dtype, t.shape);
-        gf.inputs[name] = std::move(t);
+        if (is_constant) {
+          gf.graph.constant(name, std::move(t));
+        } else {
+          gf.graph.input(name, t.dtype, t.shape);
+          gf.inputs[name] = std::move(t);
+        }
       } else if (spec.is_object() && spec.contains("value")) {
         gf.graph.constant(name, inline_value(spec, where));
+      } else if (spec.is_object() && spec.contains("shape")) {
+        // Declared only: the data comes with the run (backplane run --input).
+        for (auto k = spec.begin(); k != spec.end(); ++k)
+          if (k.key() != "shape" && k.key() != "dtype") throw Error(where + ": unknown key '" + k.key() + "' (takes dtype, shape)");
+        auto d = spec.contains("dtype") && spec["dtype"].is_string() ? dtype_from_name(spec["dtype"].get<std::string>()) : std::nullopt;
+        if (!d) throw Error(where + ": a declared input needs a known 'dtype'");
+        const Json& js = spec["shape"];
+        if (!js.is_array() || js.size() > BP_MAX_RANK) throw Error(where + ": 'shape' must be a list of at most 8 ints");
+        Shape shape;
+        for (const auto& v : js) {
+          if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+            throw Error(where + ": 'shape' must be a list of non-negative ints, found " + brief(v));
+          shape.push_back(v.get<int64_t>());
+        }
+        detail::checked_numel(shape, where + ": 'shape'");
+        gf.graph.input(name, *d, shape);
       } else {
-        throw Error(where + ": expected a .npy path, {\"file\": ...} or {\"value\": ...}");
+        throw Error(where + ": expected a .npy path, {\"file\": ...}, {\"value\": ...} or {\"dtype\": ..., \"shape\": ...}");
       }
     }
   }
