@@ -1,0 +1,203 @@
+// Reading an ONNX file: ModelProto parsing (bounded), the checker, tensors
+// out of TensorProtos (raw or typed fields, external data), dtypes.
+#include "model.hpp"
+
+#include <onnx/checker.h>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+namespace backplane::onnx::detail {
+
+namespace {
+
+// A model above 2 GiB must keep its weights as external data (protobuf's own
+// limit on one message).
+constexpr int kMaxProtoBytes = std::numeric_limits<int>::max();
+
+void parse(google::protobuf::io::ZeroCopyInputStream* in, ::onnx::ModelProto& m, const std::string& label) {
+  google::protobuf::io::CodedInputStream coded(in);
+  coded.SetTotalBytesLimit(kMaxProtoBytes);
+  // Nesting of subgraphs and attributes; far above any real model.
+  coded.SetRecursionLimit(64);
+  if (!m.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
+    throw Error(label + ": not an ONNX model (the file does not parse as an ONNX ModelProto)");
+}
+
+}  // namespace
+
+void read_model_file(const std::filesystem::path& path, ::onnx::ModelProto& m) {
+  const std::string label = path.string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error(label + ": no such file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(label + ": cannot open: " + std::strerror(errno));
+  // Streamed from the file: the parsed message is the only copy of the
+  // weights in memory (no file-sized buffer beside it).
+  google::protobuf::io::FileInputStream in(fd, 1 << 20);
+  in.SetCloseOnDelete(true);
+  parse(&in, m, label);
+}
+
+void read_model_bytes(std::string_view bytes, ::onnx::ModelProto& m, const std::string& label) {
+  if (bytes.size() > static_cast<size_t>(kMaxProtoBytes)) throw Error(label + ": larger than 2 GiB (keep weights as external data)");
+  google::protobuf::io::ArrayInputStream in(bytes.data(), static_cast<int>(bytes.size()));
+  parse(&in, m, label);
+}
+
+void check_model(const ::onnx::ModelProto& m, const std::string& label) {
+  try {
+    ::onnx::checker::check_model(m);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+    throw Error(label + ": the ONNX checker rejects the model: " + what);
+  }
+}
+
+std::optional<bp_dtype> dtype_of(int32_t onnx_type) {
+  using T = ::onnx::TensorProto;
+  switch (onnx_type) {
+    case T::FLOAT: return BP_DTYPE_F32;
+    case T::DOUBLE: return BP_DTYPE_F64;
+    case T::FLOAT16: return BP_DTYPE_F16;
+    case T::BFLOAT16: return BP_DTYPE_BF16;
+    case T::INT8: return BP_DTYPE_I8;
+    case T::INT16: return BP_DTYPE_I16;
+    case T::INT32: return BP_DTYPE_I32;
+    case T::INT64: return BP_DTYPE_I64;
+    case T::UINT8: return BP_DTYPE_U8;
+    case T::BOOL: return BP_DTYPE_BOOL;
+    default: return std::nullopt;
+  }
+}
+
+std::string onnx_type_name(int32_t onnx_type) {
+  if (::onnx::TensorProto::DataType_IsValid(onnx_type))
+    return ::onnx::TensorProto::DataType_Name(static_cast<::onnx::TensorProto::DataType>(onnx_type));
+  return "type " + std::to_string(onnx_type);
+}
+
+namespace {
+
+// Bytes of external data: `location` relative to the model's folder, never
+// outside it.
+void read_external(const ::onnx::TensorProto& t, const std::filesystem::path& base, std::byte* dst, uint64_t nbytes,
+                   const std::string& where) {
+  if (base.empty()) throw Error(where + ": keeps its data in an external file, which an in-memory model cannot name");
+  std::string location;
+  uint64_t offset = 0;
+  std::optional<uint64_t> length;
+  auto number = [&](const std::string& key, const std::string& v) {
+    try {
+      size_t used = 0;
+      const unsigned long long n = std::stoull(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+      return static_cast<uint64_t>(n);
+    } catch (const std::exception&) {
+      throw Error(where + ": external data '" + key + "' is not a number: '" + v + "'");
+    }
+  };
+  for (const auto& kv : t.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset") offset = number("offset", kv.value());
+    else if (kv.key() == "length") length = number("length", kv.value());
+  }
+  const std::filesystem::path rel(location);
+  if (location.empty() || rel.is_absolute()) throw Error(where + ": external data needs a relative 'location'");
+  for (const auto& part : rel)
+    if (part == "..") throw Error(where + ": external data location '" + location + "' leaves the model's folder");
+  if (length && *length != nbytes)
+    throw Error(where + ": external data length " + std::to_string(*length) + " differs from the " +
+                std::to_string(nbytes) + " bytes its shape needs");
+  const auto path = base / rel;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(where + ": cannot open external data file " + path.string());
+  f.seekg(0, std::ios::end);
+  const auto size = static_cast<uint64_t>(f.tellg());
+  if (offset > size || size - offset < nbytes)
+    throw Error(where + ": external data file " + path.string() + " holds " + std::to_string(size) + " bytes; " +
+                std::to_string(nbytes) + " wanted at offset " + std::to_string(offset));
+  f.seekg(static_cast<std::streamoff>(offset));
+  f.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(nbytes));
+  if (!f) throw Error(where + ": reading external data from " + path.string() + " failed");
+}
+
+template <typename Field, typename Store>
+void copy_typed(const Field& field, int64_t n, const std::string& where, const char* field_name, Store store) {
+  if (static_cast<int64_t>(field.size()) != n)
+    throw Error(where + ": " + field_name + " holds " + std::to_string(field.size()) + " values; its shape needs " +
+                std::to_string(n));
+  for (int64_t i = 0; i < n; ++i) store(i, field.Get(static_cast<int>(i)));
+}
+
+}  // namespace
+
+HostTensor tensor_from_proto(::onnx::TensorProto& t, const std::filesystem::path& base, const std::string& where,
+                             bool release) {
+  const auto dt = dtype_of(t.data_type());
+  if (!dt) throw Error(where + ": dtype " + onnx_type_name(t.data_type()) + " has no Backplane dtype");
+  Shape shape;
+  if (t.dims_size() > BP_MAX_RANK) throw Error(where + ": rank " + std::to_string(t.dims_size()) + " exceeds 8");
+  for (auto d : t.dims()) {
+    if (d < 0) throw Error(where + ": negative dim " + std::to_string(d));
+    shape.push_back(d);
+  }
+  int64_t n = 1;
+  for (auto d : shape) {
+    if (d != 0 && n > (int64_t{1} << 40) / d) throw Error(where + ": shape " + shape_str(shape) + " is too large");
+    n *= d;
+  }
+  HostTensor out(*dt, shape);
+  const uint64_t nbytes = out.nbytes();
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
+    read_external(t, base, out.bytes.data(), nbytes, where);
+    return out;
+  }
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != nbytes)
+      throw Error(where + ": raw_data holds " + std::to_string(t.raw_data().size()) + " bytes; " + std::string(dtype_name(*dt)) +
+                  " " + shape_str(shape) + " needs " + std::to_string(nbytes));
+    if (nbytes) std::memcpy(out.bytes.data(), t.raw_data().data(), nbytes);
+    if (release) std::string().swap(*t.mutable_raw_data());  // the parsed copy goes as ours arrives
+    return out;
+  }
+  using T = ::onnx::TensorProto;
+  switch (t.data_type()) {
+    case T::FLOAT:
+      copy_typed(t.float_data(), n, where, "float_data", [&](int64_t i, float v) { out.as<float>()[i] = v; });
+      break;
+    case T::DOUBLE:
+      copy_typed(t.double_data(), n, where, "double_data", [&](int64_t i, double v) { out.as<double>()[i] = v; });
+      break;
+    case T::INT64:
+      copy_typed(t.int64_data(), n, where, "int64_data", [&](int64_t i, int64_t v) { out.as<int64_t>()[i] = v; });
+      break;
+    case T::FLOAT16:
+    case T::BFLOAT16:
+      // 16-bit floats travel as their bit patterns in int32_data.
+      copy_typed(t.int32_data(), n, where, "int32_data",
+                 [&](int64_t i, int32_t v) { out.as<uint16_t>()[i] = static_cast<uint16_t>(v); });
+      break;
+    default:
+      copy_typed(t.int32_data(), n, where, "int32_data", [&](int64_t i, int32_t v) { out.set_int(i, v); });
+      break;
+  }
+  if (release) {
+    t.clear_float_data();
+    t.clear_double_data();
+    t.clear_int64_data();
+    t.clear_int32_data();
+  }
+  return out;
+}
+
+}  // namespace backplane::onnx::detail

@@ -1,0 +1,213 @@
+// The compositions exporters write for ops older opsets lack, mapped back
+// onto the standard op that does the same in one pass: LayerNorm (before
+// opset 17: ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) and
+// GELU (Div by √2, Erf, Add 1, Mul x, Mul 0.5). A match needs every
+// intermediate value read only inside the pattern and the constants to have
+// the values the formula needs; anything else is left as it was.
+#include "patterns.hpp"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace backplane::onnx::detail {
+
+namespace {
+
+struct View {
+  const Graph& g;
+  std::map<std::string, size_t> producer;          // value -> node index
+  std::map<std::string, int> uses;                 // value -> reads (+1 for a graph output)
+  std::map<std::string, const HostTensor*> consts;  // graph constants
+  std::map<std::string, Shape> shapes;
+  std::map<std::string, bp_dtype> dtypes;
+
+  explicit View(const Graph& graph) : g(graph) {
+    for (const auto& in : graph.inputs()) {
+      if (in.constant) consts[in.name] = &*in.constant;
+    }
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      producer[graph.nodes()[i].name] = i;
+      for (const auto& v : graph.nodes()[i].inputs) ++uses[v];
+    }
+    for (const auto& o : graph.outputs()) ++uses[o];
+    try {
+      for (auto& [name, t] : infer_graph(graph)) {
+        dtypes[name] = t.first;
+        shapes[name] = t.second;
+      }
+    } catch (const Error&) {
+      // A graph the core refuses: no rewrites (compile will say why).
+      shapes.clear();
+    }
+  }
+  const Node* node(const std::string& value, const char* op) const {
+    auto it = producer.find(value);
+    if (it == producer.end()) return nullptr;
+    const Node& n = g.nodes()[it->second];
+    return n.op == op ? &n : nullptr;
+  }
+  int use_count(const std::string& v) const {
+    auto it = uses.find(v);
+    return it == uses.end() ? 0 : it->second;
+  }
+  // The single-element constant `v`, if it is one.
+  std::optional<double> scalar(const std::string& v) const {
+    auto it = consts.find(v);
+    if (it == consts.end() || it->second->numel() != 1 || !is_float(it->second->dtype)) return std::nullopt;
+    return it->second->get(0);
+  }
+  // The one node reading `v`, if exactly one does.
+  const Node* sole_reader(const std::string& v, const char* op) const {
+    if (use_count(v) != 1) return nullptr;
+    for (const auto& n : g.nodes())
+      for (const auto& in : n.inputs)
+        if (in == v) return n.op == op ? &n : nullptr;
+    return nullptr;
+  }
+  // The other input of a binary node, given one of them.
+  static std::optional<std::string> other(const Node& n, const std::string& v) {
+    if (n.inputs.size() != 2) return std::nullopt;
+    if (n.inputs[0] == v) return n.inputs[1];
+    if (n.inputs[1] == v) return n.inputs[0];
+    return std::nullopt;
+  }
+  bool is_last_dim_mean(const Node& n) const {
+    if (n.op != "mean" || !n.params.value("keepdim", false) || !n.params.contains("dims")) return false;
+    const auto& d = n.params["dims"];
+    if (!d.is_array() || d.size() != 1 || !d[0].is_number_integer()) return false;
+    auto s = shapes.find(n.inputs.at(0));
+    if (s == shapes.end()) return false;
+    const int64_t dim = d[0].get<int64_t>(), rank = static_cast<int64_t>(s->second.size());
+    return rank > 0 && (dim == -1 || dim == rank - 1);
+  }
+};
+
+struct Rewrite {
+  std::set<std::string> removed;       // nodes replaced
+  std::map<std::string, Node> replace;  // at this node's place, this node instead
+};
+
+// mean -> sub -> sqr -> mean -> add eps -> sqrt -> div [-> mul w] [-> add b]
+void match_layer_norm(const View& v, const Node& m1, Rewrite& rw, int& count) {
+  if (!v.is_last_dim_mean(m1) || rw.removed.count(m1.name)) return;
+  const std::string x = m1.inputs[0];
+  // An f16/bf16 chain rounds after every step and layer_norm once: only
+  // f32/f64 chains are taken (there the two differ within rounding).
+  if (v.dtypes.at(x) != BP_DTYPE_F32 && v.dtypes.at(x) != BP_DTYPE_F64) return;
+  const Node* sub = v.sole_reader(m1.name, "sub");
+  if (!sub || sub->inputs[0] != x || sub->inputs[1] != m1.name || v.use_count(sub->name) != 2) return;
+  const Node* sq = nullptr;
+  const Node* div = nullptr;
+  for (const auto& n : v.g.nodes())
+    for (const auto& in : n.inputs)
+      if (in == sub->name) {
+        if (n.op == "sqr") sq = &n;
+        else if (n.op == "div" && n.inputs[0] == sub->name) div = &n;
+      }
+  if (!sq || !div) return;
+  const Node* m2 = v.sole_reader(sq->name, "mean");
+  if (!m2 || !v.is_last_dim_mean(*m2)) return;
+  const Node* add = v.sole_reader(m2->name, "add");
+  if (!add) return;
+  auto eps_name = View::other(*add, m2->name);
+  auto eps = eps_name ? v.scalar(*eps_name) : std::nullopt;
+  if (!eps || !(*eps >= 0)) return;
+  const Node* sqrt = v.sole_reader(add->name, "sqrt");
+  if (!sqrt || div->inputs[1] != sqrt->name || v.use_count(sqrt->name) != 1) return;
+  const Shape& xs = v.shapes.at(x);
+  const Shape tail{xs.back()};
+  auto affine_operand = [&](const Node* n, const std::string& from) -> std::optional<std::string> {
+    if (!n) return std::nullopt;
+    auto o = View::other(*n, from);
+    if (!o || !v.consts.count(*o) || v.shapes.count(*o) == 0 || v.shapes.at(*o) != tail) return std::nullopt;
+    return o;
+  };
+  std::string last = div->name;
+  std::string w, b;
+  const Node* mul = v.sole_reader(div->name, "mul");
+  if (auto o = affine_operand(mul, div->name)) {
+    w = *o;
+    last = mul->name;
+    const Node* badd = v.sole_reader(mul->name, "add");
+    if (auto ob = affine_operand(badd, mul->name)) {
+      b = *ob;
+      last = badd->name;
+    }
+  }
+  for (const Node* n : {&m1, sub, sq, m2, add, sqrt, div}) rw.removed.insert(n->name);
+  if (!w.empty()) rw.removed.insert(mul->name);
+  if (!b.empty()) rw.removed.insert(last);
+  rw.removed.erase(last);
+  rw.replace[last] = Node{last, "layer_norm", {x, w, b}, Json{{"dims", {-1}}, {"eps", *eps}}, ""};
+  ++count;
+}
+
+// div(x, √2) -> erf -> add 1 -> mul x -> mul 0.5
+void match_gelu(const View& v, const Node& erf, Rewrite& rw, int& count) {
+  if (erf.op != "erf" || rw.removed.count(erf.name)) return;
+  const Node* div = v.node(erf.inputs[0], "div");
+  if (!div || v.use_count(div->name) != 1) return;
+  if (v.dtypes.at(div->inputs[0]) != BP_DTYPE_F32 && v.dtypes.at(div->inputs[0]) != BP_DTYPE_F64) return;
+  auto k = v.scalar(div->inputs[1]);
+  if (!k || std::fabs(*k - std::sqrt(2.0)) > 1e-6) return;
+  const std::string x = div->inputs[0];
+  const Node* add = v.sole_reader(erf.name, "add");
+  if (!add) return;
+  auto one = View::other(*add, erf.name);
+  if (!one || v.scalar(*one) != 1.0) return;
+  const Node* mul = v.sole_reader(add->name, "mul");
+  if (!mul || View::other(*mul, add->name) != x) return;
+  const Node* half = v.sole_reader(mul->name, "mul");
+  if (!half) return;
+  auto h = View::other(*half, mul->name);
+  if (!h || v.scalar(*h) != 0.5) return;
+  for (const Node* n : {div, &erf, add, mul}) rw.removed.insert(n->name);
+  rw.replace[half->name] = Node{half->name, "gelu", {x}, Json::object(), ""};
+  ++count;
+}
+
+}  // namespace
+
+Graph map_compositions(Graph&& g, std::vector<std::string>& notes) {
+  Rewrite rw;
+  int ln = 0, gelu = 0;
+  {
+    const View v(g);
+    if (v.shapes.empty()) return std::move(g);
+    for (const auto& n : g.nodes()) {
+      match_layer_norm(v, n, rw, ln);
+      match_gelu(v, n, rw, gelu);
+    }
+  }
+  if (!ln && !gelu) return std::move(g);
+  Graph out;
+  // Constants and inputs still read.
+  std::map<std::string, int> reads;
+  for (const auto& n : g.nodes()) {
+    if (rw.removed.count(n.name)) continue;
+    const auto it = rw.replace.find(n.name);
+    for (const auto& in : (it == rw.replace.end() ? n : it->second).inputs) ++reads[in];
+  }
+  for (const auto& o : g.outputs()) ++reads[o];
+  for (const auto& in : g.inputs()) {
+    if (in.constant) {
+      // g is ours (moved in): its constants move over, never copied.
+      if (reads[in.name]) out.constant(in.name, std::move(*const_cast<Graph::Input&>(in).constant));
+    } else {
+      out.input(in.name, in.dtype, in.shape);
+    }
+  }
+  for (const auto& n : g.nodes()) {
+    if (rw.removed.count(n.name)) continue;
+    const auto it = rw.replace.find(n.name);
+    const Node& m = it == rw.replace.end() ? n : it->second;
+    out.node(m.name, m.op, m.inputs, m.params, m.device);
+  }
+  for (const auto& o : g.outputs()) out.output(o);
+  if (ln) notes.push_back(std::to_string(ln) + " decomposed LayerNorm mapped onto layer_norm");
+  if (gelu) notes.push_back(std::to_string(gelu) + " decomposed GELU (erf form) mapped onto gelu");
+  return out;
+}
+
+}  // namespace backplane::onnx::detail
