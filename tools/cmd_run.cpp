@@ -1,4 +1,5 @@
 #include "commands.hpp"
+#include "model_input.hpp"
 
 #include <backplane/backplane.hpp>
 
@@ -51,13 +52,16 @@ int cmd_run(const Args& in) {
   // Each step's time (kernels, transfers, synchronize) of a second, warm run.
   const bool profile = take_switch(args, "--profile");
   const std::string max_memory = take_option(args, "--max-memory");
-  if (args.empty())
-    throw Error("run needs a graph file: backplane run GRAPH.json [--device NAME[,NAME...]] [--out DIR] [--explain] [--profile] [--json]");
+  if (args.empty() || args.front().rfind("--", 0) == 0)
+    throw Error("run needs a graph file or an ONNX model: backplane run GRAPH.json|MODEL.onnx [--input NAME=FILE.npy]... "
+                "[--dim NAME=N]... [--device NAME[,NAME...]] [--out DIR] [--explain] [--profile] [--json]");
   const std::filesystem::path graph_path = args.front();
   args.erase(args.begin());
+  LoadedModel model = load_model(graph_path, args, true);
   reject_leftovers(args);
-
-  GraphFile gf = load_graph_file(graph_path);
+  GraphFile& gf = model.file;
+  if (!json)
+    for (const auto& note : model.notes) std::printf("note: %s\n", note.c_str());
   RuntimeOptions ropts;
   if (!max_memory.empty()) ropts.max_memory_bytes = parse_bytes(max_memory, "--max-memory");
   auto rt = Runtime::create(ropts);

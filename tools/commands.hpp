@@ -17,6 +17,7 @@ int cmd_bench(const Args& args);
 int cmd_conformance(const Args& args);
 int cmd_ops(const Args& args);
 int cmd_serve(const Args& args);
+int cmd_import(const Args& args);
 
 // Small argument helpers: --flag VALUE and --switch.
 bool take_switch(Args& args, const std::string& name);

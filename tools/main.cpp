@@ -48,10 +48,14 @@ const char* kUsage = R"(usage: backplane <command> [options]
 
 commands:
   devices [--json]                      every manifest found, each device, its load status
-  run GRAPH.json [--device LIST] [--out DIR] [--explain] [--profile] [--json] [--max-memory BYTES]
-                                        run a graph file; outputs go to DIR/<name>.npy;
+  run GRAPH.json|MODEL.onnx [--input NAME=FILE.npy]... [--dim NAME=N]... [--device LIST]
+      [--out DIR] [--explain] [--profile] [--json] [--max-memory BYTES]
+                                        run a graph file or an ONNX model; outputs go to
+                                        DIR/<name>.npy; inputs not given get random data;
                                         LIST: devices in order of preference (acme0,cpu) or auto;
                                         --explain shows where each node runs and every transfer
+  import MODEL.onnx --out DIR [--input NAME=FILE.npy]... [--dim NAME=N]...
+                                        an ONNX model as DIR/graph.json, weights in DIR/weights
   demo [--device NAME|all] [--no-prepare]
                                         the main job: a Mamba-style block on built-in data,
                                         on every device, cross-checked, timed (--no-prepare:
@@ -62,10 +66,12 @@ commands:
                                         checked against their manifest's decomposition;
                                         --strict fails on unverified vendor ops
   bench [--device LIST] [--filter CASE] [--threads N] [--min-time S] [--json]
+        [--model MODEL.onnx|GRAPH.json [--input NAME=FILE.npy]... [--profile]]
                                         per-op timings on LIST's first device, the rest
                                         as fallback; with two or more devices, also
                                         transfers between the first two, a graph split
-                                        across them, and placement time
+                                        across them, and placement time; --model: one
+                                        whole model, a reused plan (median warm run)
   manifest LIBRARY [--kind K] [--description D] [--out FILE] [--check MANIFEST]
                                         write a plugin's manifest from the built library
   ops [--markdown|--json] [--check DOC] [--update DOC]
@@ -107,6 +113,9 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return cmd_bench(args);
     if (cmd == "conformance") return cmd_conformance(args);
     if (cmd == "ops") return cmd_ops(args);
+#ifdef BACKPLANE_HAVE_ONNX
+    if (cmd == "import") return cmd_import(args);
+#endif
 #ifdef BACKPLANE_HAVE_REMOTE
     if (cmd == "serve") return cmd_serve(args);
 #endif
