@@ -28,9 +28,12 @@ from ._backplane import (  # noqa: F401
     _load_graph,
 )
 
+from . import onnx  # noqa: E402,F401  (backplane.onnx.load)
+from .torch_import import from_torch  # noqa: E402,F401
+
 __all__ = [
     "Completion", "Device", "Error", "Graph", "Plan", "Runtime", "Tensor", "STATUS_CODES",
-    "compile", "devices", "from_dlpack", "load_graph", "runtime", "upload",
+    "compile", "devices", "from_dlpack", "from_torch", "load_graph", "onnx", "runtime", "upload",
 ]
 
 _runtime = None

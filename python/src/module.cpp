@@ -14,6 +14,10 @@
 #include <cstring>
 #include <mutex>
 
+#ifdef BACKPLANE_HAVE_ONNX
+#include <backplane/onnx.hpp>
+#endif
+
 namespace py = pybind11;
 using namespace backplane;
 
@@ -366,6 +370,33 @@ PYBIND11_MODULE(_backplane, m) {
     }
     return py::make_tuple(std::move(gf.graph), inputs);
   });
+
+#ifdef BACKPLANE_HAVE_ONNX
+  // ONNX import: (graph, inputs, outputs, {graph name: ONNX name}, notes).
+  auto imported = [](onnx::ImportedModel im) {
+    return py::make_tuple(std::move(im.graph), im.inputs, im.outputs, im.onnx_names, im.notes);
+  };
+  auto options = [](const std::map<std::string, Shape>& shapes, const std::map<std::string, int64_t>& dims) {
+    onnx::ImportOptions o;
+    o.input_shapes = shapes;
+    o.dims = dims;
+    return o;
+  };
+  m.def("_onnx_import_file", [=](const std::filesystem::path& path, const std::map<std::string, Shape>& shapes,
+                                 const std::map<std::string, int64_t>& dims) {
+    return imported(onnx::import_file(path, options(shapes, dims)));
+  });
+  m.def("_onnx_import_bytes", [=](py::bytes data, const std::map<std::string, Shape>& shapes,
+                                  const std::map<std::string, int64_t>& dims, const std::string& label) {
+    char* p = nullptr;
+    Py_ssize_t n = 0;
+    if (PyBytes_AsStringAndSize(data.ptr(), &p, &n) != 0) throw py::error_already_set();
+    return imported(onnx::import_bytes(std::string_view(p, static_cast<size_t>(n)), options(shapes, dims), label));
+  });
+  m.attr("_HAVE_ONNX") = true;
+#else
+  m.attr("_HAVE_ONNX") = false;
+#endif
 
   py::class_<PyCompletion>(m, "Completion")
       .def("wait", [](PyCompletion& c) {
