@@ -211,7 +211,9 @@ void subgroup_row(int row, int n) {
     for (int j = sl; j < n4; j += ss) {
       const C4 v = LD4(IN_DT, x4.v[b4 + j]);
       const CT mn = nanmax(m, nanmax(nanmax(v.x, v.y), nanmax(v.z, v.w)));
-      const C4 e = EXPN4(v - mn);
+      // Every element so far -inf (a masked row's start): nothing to add yet,
+      // and v - mn would be -inf - -inf = NaN.
+      const C4 e = isinf(mn) && mn < CT(0) ? C4(0) : EXPN4(v - mn);
       s = s * (m == mn ? CT(1) : EXPN(m - mn)) + ((e.x + e.y) + (e.z + e.w));
       m = mn;
     }
