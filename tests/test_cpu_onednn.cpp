@@ -300,9 +300,9 @@ const char* dtype_name(bp_dtype d) {
 
 // Batch 1 on two threads: oneDNN (f32 on AVX-512, bf16 on AVX512-BF16) splits
 // each convolution by output channels, or by groups, 16 channels at a time;
-// the plugin's own kernels (f16, f64, and everything without oneDNN) take
-// depthwise convolutions directly, 1x1 ones as a plain GEMM over the image,
-// and small groups one per thread. tests/onednn_split_ran.sh checks from
+// depthwise convolutions take the plugin's direct kernel on every path, and
+// its own kernels (f16, f64, and everything without oneDNN) take 1x1 ones as
+// a plain GEMM over the image and small groups one per thread. tests/onednn_split_ran.sh checks from
 // oneDNN's log that the split primitives are the ones that ran.
 TEST_CASE("cpu conv2d at batch 1 on two threads: channel and group splits, depthwise, pointwise", "[cpu][onednn]") {
   auto& rt = two_thread_runtime();
@@ -311,11 +311,12 @@ TEST_CASE("cpu conv2d at batch 1 on two threads: channel and group splits, depth
   const std::vector<ConvCase> cases = {
       {{1, 64, 28, 28}, {64, 64, 3, 3}, true, 1, 1, 1, 1},       // ResNet 3x3: split by output channels
       {{1, 3, 64, 64}, {32, 3, 7, 7}, true, 2, 3, 1, 1},         // the stem: 7x7 at stride 2 over 3 channels
-      {{1, 144, 56, 56}, {144, 1, 3, 3}, true, 1, 1, 1, 144},    // depthwise: split by groups
+      {{1, 144, 56, 56}, {144, 1, 3, 3}, true, 1, 1, 1, 144},    // depthwise
       {{1, 96, 57, 57}, {96, 1, 3, 3}, false, 2, 1, 1, 96},      // depthwise at stride 2, odd size
       {{1, 32, 8, 8}, {64, 1, 3, 3}, true, 1, 1, 2, 32},         // depthwise with two filters per channel, dilated
       {{1, 64, 40, 40}, {96, 64, 1, 1}, true, 1, 0, 1, 1},       // pointwise
       {{1, 64, 28, 28}, {64, 8, 3, 3}, true, 1, 1, 1, 8},        // eight groups of eight channels
+      {{1, 128, 28, 28}, {128, 8, 3, 3}, false, 1, 1, 1, 16},    // sixteen groups: split by groups
   };
   for (bp_dtype d : {BP_DTYPE_F32, BP_DTYPE_BF16, BP_DTYPE_F16, BP_DTYPE_F64}) {
     for (size_t ci = 0; ci < cases.size(); ++ci) {

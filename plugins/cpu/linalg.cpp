@@ -360,32 +360,54 @@ template <class T, class P> struct Im2colB {
   }
 };
 
-// Depthwise conv2d (one input channel per filter): a direct sum per
-// output row. The kH input rows an output row reads are each split into
-// `sw` phase rows (phase r holds columns r, r + sw, ...: padding as zeros,
-// converted to P), so every filter tap is one contiguous multiply-add run
-// over the output row, whatever the stride.
+// Depthwise conv2d (one input channel per filter): a direct sum per output
+// plane. The input plane is first copied, converted to P and padded with
+// zeros, as `sw` phase planes (phase p holds columns p, p + sw, ...), so
+// every filter tap is one contiguous multiply-add run along an output row,
+// whatever the stride; a 3x3 filter takes its nine taps in one pass.
 struct DwGeom {
   int64_t N, H, W, O, Og, kH, kW, sh, sw, dh, dw, pt, pl, OH, OW;
   int64_t xs0, xs1, xs2, xs3;
+  int64_t Hp, Wq;        // padded rows, columns per phase row
+  const int64_t* taps;   // [kH * kW]: where each tap's run starts in the phase planes, from output row 0
 };
 
+// out[OH, OW] = bias + the taps of w [kH, kW] over the phase planes pb
+// ([sw][Hp][Wq]).
 template <class P>
-[[gnu::always_inline]] inline void dw_taps(P* __restrict acc, const P* __restrict ph, int64_t len, int64_t stride_q,
-                                           const P* w, int64_t kW, int64_t dw, int64_t sw) {
-  for (int64_t kw = 0; kw < kW; ++kw) {
-    const int64_t off = kw * dw;
-    const P* __restrict src = ph + (off % sw) * stride_q + off / sw;
-    const P wv = w[kw];
-    for (int64_t i = 0; i < len; ++i) acc[i] += wv * src[i];
+[[gnu::always_inline]] inline void dw_plane(const DwGeom& g, const P* __restrict pb, const P* w, P bias, P* __restrict out) {
+  const int64_t OW = g.OW;
+  const int64_t* t = g.taps;
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    P* __restrict acc = out + oh * OW;
+    const P* row = pb + oh * g.sh * g.Wq;
+    if (g.kH == 3 && g.kW == 3) {
+      const P* __restrict s0 = row + t[0];
+      const P* __restrict s1 = row + t[1];
+      const P* __restrict s2 = row + t[2];
+      const P* __restrict s3 = row + t[3];
+      const P* __restrict s4 = row + t[4];
+      const P* __restrict s5 = row + t[5];
+      const P* __restrict s6 = row + t[6];
+      const P* __restrict s7 = row + t[7];
+      const P* __restrict s8 = row + t[8];
+      for (int64_t i = 0; i < OW; ++i)
+        acc[i] = bias + w[0] * s0[i] + w[1] * s1[i] + w[2] * s2[i] + w[3] * s3[i] + w[4] * s4[i] + w[5] * s5[i] +
+                 w[6] * s6[i] + w[7] * s7[i] + w[8] * s8[i];
+      continue;
+    }
+    for (int64_t i = 0; i < OW; ++i) acc[i] = bias;
+    for (int64_t k = 0; k < g.kH * g.kW; ++k) {
+      const P* __restrict src = row + t[k];
+      const P wv = w[k];
+      for (int64_t i = 0; i < OW; ++i) acc[i] += wv * src[i];
+    }
   }
 }
 
-template <class P> using DwTapsFn = void (*)(P*, const P*, int64_t, int64_t, const P*, int64_t, int64_t, int64_t);
-#define BP_CPU_DW(NAME, TARGET, P)                                                                                   \
-  TARGET void NAME(P* acc, const P* ph, int64_t len, int64_t stride_q, const P* w, int64_t kW, int64_t dw, int64_t sw) { \
-    dw_taps<P>(acc, ph, len, stride_q, w, kW, dw, sw);                                                               \
-  }
+template <class P> using DwPlaneFn = void (*)(const DwGeom&, const P*, const P*, P, P*);
+#define BP_CPU_DW(NAME, TARGET, P) \
+  TARGET void NAME(const DwGeom& g, const P* pb, const P* w, P bias, P* out) { dw_plane<P>(g, pb, w, bias, out); }
 #if defined(__x86_64__)
 BP_CPU_DW(dw_f32_avx512, BP_CPU_AVX512, float)
 BP_CPU_DW(dw_f64_avx512, BP_CPU_AVX512, double)
@@ -396,7 +418,7 @@ BP_CPU_DW(dw_f32_base, , float)
 BP_CPU_DW(dw_f64_base, , double)
 #undef BP_CPU_DW
 
-template <class P> DwTapsFn<P> pick_dw() {
+template <class P> DwPlaneFn<P> pick_dw() {
   constexpr bool f = std::is_same_v<P, float>;
 #if defined(__x86_64__)
   switch (isa()) {
@@ -414,40 +436,88 @@ template <class P> DwTapsFn<P> pick_dw() {
   else return dw_f64_base;
 }
 
+// Phase rows of one input row xr (padded row r of each phase plane, d at
+// phase 0's): element j of phase p is input column j * sw + p - pl, zero
+// outside the image. Stride 2 reads each pair of columns once.
+template <class T, class P> void dw_fill_row(const T* xr, const DwGeom& g, P* d) {
+  const int64_t sw = g.sw, pl = g.pl, cs = g.xs3, plane = g.Hp * g.Wq;
+  // Phase p is inside the image for j in [lo(p), hi(p)).
+  auto lo = [&](int64_t p) { return std::clamp<int64_t>((pl - p + sw - 1) / sw, 0, g.Wq); };
+  auto hi = [&](int64_t p) { return std::clamp<int64_t>((g.W + pl - p + sw - 1) / sw, lo(p), g.Wq); };
+  auto phase = [&](int64_t p, int64_t j0, int64_t j1) {
+    P* __restrict dp = d + p * plane;
+    for (int64_t j = j0; j < j1; ++j) dp[j] = static_cast<P>(ld(xr[(j * sw + p - pl) * cs]));
+  };
+  for (int64_t p = 0; p < sw; ++p) {
+    P* dp = d + p * plane;
+    std::fill(dp, dp + lo(p), P(0));
+    std::fill(dp + hi(p), dp + g.Wq, P(0));
+  }
+  if (sw == 1 && cs == 1) {
+    const T* __restrict src = xr + lo(0) - pl;
+    P* __restrict dst = d + lo(0);
+    const int64_t n = hi(0) - lo(0);
+    if constexpr (std::is_same_v<T, P>) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(P));
+    else for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<P>(ld(src[j]));
+    return;
+  }
+  if (sw == 2 && cs == 1) {
+    const int64_t j0 = std::max(lo(0), lo(1)), j1 = std::max(j0, std::min(hi(0), hi(1)));
+    phase(0, lo(0), j0);
+    phase(1, lo(1), j0);
+    const T* __restrict src = xr + 2 * j0 - pl;
+    P* __restrict d0 = d + j0;
+    P* __restrict d1 = d + plane + j0;
+    for (int64_t k = 0; k < j1 - j0; ++k) {
+      d0[k] = static_cast<P>(ld(src[2 * k]));
+      d1[k] = static_cast<P>(ld(src[2 * k + 1]));
+    }
+    phase(0, j1, hi(0));
+    phase(1, j1, hi(1));
+    return;
+  }
+  for (int64_t p = 0; p < sw; ++p) phase(p, lo(p), hi(p));
+}
+
 // y (dense) = depthwise conv2d(x, w) + bias: x at x[0, 0, 0, 0], w dense
-// [O, 1, kH, kW] and bias [O] in P. Output rows are split over the threads.
+// [O, 1, kH, kW] and bias [O] in P. Output planes are split over the threads.
 template <class T, class P>
-void conv2d_depthwise(const Call& c, const DwGeom& g, const T* x, const P* w, const P* bias, T* y) {
-  const DwTapsFn<P> taps = pick_dw<P>();
-  const int64_t q_max = ((g.kW - 1) * g.dw) / g.sw;
-  const int64_t stride_q = g.OW + q_max + 1;  // one phase row
-  const int64_t rows = g.N * g.O * g.OH;
-  pfor(c, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, g.OW * g.kH * g.kW)), [&](int64_t r0, int64_t r1) {
-    std::vector<P> acc(static_cast<size_t>(g.OW)), ph(static_cast<size_t>(g.sw * stride_q));
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t oh = r % g.OH, o = (r / g.OH) % g.O, n = r / (g.OH * g.O);
-      const T* xc = x + n * g.xs0 + (o / g.Og) * g.xs1;
-      std::fill(acc.begin(), acc.end(), bias[o]);
-      for (int64_t kh = 0; kh < g.kH; ++kh) {
-        const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
-        if (ih < 0 || ih >= g.H) continue;
-        const T* xr = xc + ih * g.xs2;
-        // Phase rows: element j of phase p is input column j * sw + p - pl.
-        for (int64_t p = 0; p < g.sw; ++p) {
-          P* d = ph.data() + p * stride_q;
-          // Columns inside the image: j in [j0, j1).
-          const int64_t j0 = std::clamp<int64_t>((g.pl - p + g.sw - 1) / g.sw, 0, stride_q);
-          const int64_t j1 = std::clamp<int64_t>((g.W + g.pl - p + g.sw - 1) / g.sw, j0, stride_q);
-          std::fill(d, d + j0, P(0));
-          const T* xp = xr + (j0 * g.sw + p - g.pl) * g.xs3;
-          const int64_t step = g.sw * g.xs3;
-          for (int64_t j = j0; j < j1; ++j) d[j] = static_cast<P>(ld(xp[(j - j0) * step]));
-          std::fill(d + j1, d + stride_q, P(0));
+void conv2d_depthwise(const Call& c, DwGeom g, const T* x, const P* w, const P* bias, T* y) {
+  g.Hp = (g.OH - 1) * g.sh + (g.kH - 1) * g.dh + 1;
+  g.Wq = g.OW + ((g.kW - 1) * g.dw) / g.sw;
+  std::vector<int64_t> taps(static_cast<size_t>(g.kH * g.kW));
+  for (int64_t kh = 0; kh < g.kH; ++kh)
+    for (int64_t kw = 0; kw < g.kW; ++kw)
+      taps[static_cast<size_t>(kh * g.kW + kw)] =
+          ((kw * g.dw) % g.sw) * g.Hp * g.Wq + kh * g.dh * g.Wq + (kw * g.dw) / g.sw;
+  g.taps = taps.data();
+  const DwPlaneFn<P> plane_fn = pick_dw<P>();
+  const int64_t planes = g.N * g.O, L = g.OH * g.OW;
+  pfor(c, planes, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, L * g.kH * g.kW)), [&](int64_t p0, int64_t p1) {
+    std::vector<P> pb(static_cast<size_t>(g.sw * g.Hp * g.Wq)), tmp(std::is_same_v<T, P> ? 0 : static_cast<size_t>(L));
+    int64_t filled = -1;  // the input plane pb holds (planes of one channel share it)
+    for (int64_t pi = p0; pi < p1; ++pi) {
+      const int64_t o = pi % g.O, n = pi / g.O, ci = n * (g.O / g.Og) + o / g.Og;
+      if (ci != filled) {
+        const T* xc = x + n * g.xs0 + (o / g.Og) * g.xs1;
+        for (int64_t r = 0; r < g.Hp; ++r) {
+          P* d = pb.data() + r * g.Wq;
+          const int64_t ih = r - g.pt;
+          if (ih < 0 || ih >= g.H) {
+            for (int64_t p = 0; p < g.sw; ++p) std::fill(d + p * g.Hp * g.Wq, d + p * g.Hp * g.Wq + g.Wq, P(0));
+            continue;
+          }
+          dw_fill_row<T, P>(xc + ih * g.xs2, g, d);
         }
-        taps(acc.data(), ph.data(), g.OW, stride_q, w + (o * g.kH + kh) * g.kW, g.kW, g.dw, g.sw);
+        filled = ci;
       }
-      T* yr = y + r * g.OW;
-      for (int64_t i = 0; i < g.OW; ++i) yr[i] = st<T>(static_cast<comp_t<T>>(acc[static_cast<size_t>(i)]));
+      T* yp = y + pi * L;
+      if constexpr (std::is_same_v<T, P>) {
+        plane_fn(g, pb.data(), w + o * g.kH * g.kW, bias[o], yp);
+      } else {
+        plane_fn(g, pb.data(), w + o * g.kH * g.kW, bias[o], tmp.data());
+        for (int64_t i = 0; i < L; ++i) yp[i] = st<T>(static_cast<comp_t<T>>(tmp[static_cast<size_t>(i)]));
+      }
     }
   });
 }
@@ -565,8 +635,13 @@ template <bp_dtype D> struct Conv2dK {
     const bool has_bias = c.has_input(2);
     if (has_bias) expect_numel(c, c.in_layout(2), O, "bias");
     if (sdk::numel(lo) == 0) return;
-    if (onednn::conv2d(c, D, {N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW})) return;
     const int64_t Og = O / G, Kd = Cg * kH * kW, L = OH * OW;
+    // Depthwise convolutions (MobileNet's 3x3s) always take the direct
+    // kernel below: oneDNN's reorders of x into and y out of its channel-last
+    // format cost several times its arithmetic (1x32x112x112: 4.8 against
+    // 0.24 ms on one thread), and a GEMM of one row per group wastes the tile.
+    const bool depthwise = Cg == 1 && Og <= 4;
+    if (!depthwise && onednn::conv2d(c, D, {N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW})) return;
     const T* x = c.in_data<T>(0);
     T* y = c.out_data<T>();
     // Weights dense as [O, Kd] in the GEMM type.
@@ -586,8 +661,8 @@ template <bp_dtype D> struct Conv2dK {
       for (int64_t o = 0; o < O; ++o) bias[o] = static_cast<P>(ld(bsrc[lbias.offset + o * lbias.strides[0]]));
     }
     const int64_t xs0 = lx.strides[0], xs1 = lx.strides[1], xs2 = lx.strides[2], xs3 = lx.strides[3];
-    if (Cg == 1 && Og <= 4) {  // depthwise (MobileNet's 3x3s): a GEMM of one row per group would waste the tile
-      conv2d_depthwise<T, P>(c, DwGeom{N, H, W, O, Og, kH, kW, sh, sw, dh, dw, pt, pl, OH, OW, xs0, xs1, xs2, xs3},
+    if (depthwise) {
+      conv2d_depthwise<T, P>(c, DwGeom{N, H, W, O, Og, kH, kW, sh, sw, dh, dw, pt, pl, OH, OW, xs0, xs1, xs2, xs3, 0, 0, nullptr},
                              x + lx.offset, wd.data(), bias.data(), y);
       return;
     }
