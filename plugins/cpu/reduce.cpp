@@ -716,6 +716,38 @@ template <bp_dtype D> struct LayerNormK {
     const sdk::StridedWalker<1> rw(in.rank, rows.shape, {&rows});
     const sdk::StridedWalker<1> iw(in.rank, inner.shape, {&inner});
     const double eps = p.eps;
+    if constexpr (D == BP_DTYPE_F32) {
+      // Contiguous f32 rows: the mean, then the moments about it, summed in
+      // double by the vector row loops; the affine pass in f32.
+      bool dense = rows::enabled();
+      int64_t want = 1;
+      for (uint32_t i = in.rank; dense && i-- > lead;) {
+        if (in.shape[i] == 1) continue;
+        dense = in.strides[i] == want;
+        want *= in.shape[i];
+      }
+      if (dense) {
+        std::vector<float> wf(weight.begin(), weight.end()), bf(bias.begin(), bias.end());
+        pfor(c, rw.numel(), kGrain / std::max<int64_t>(1, 3 * n), [&](int64_t b, int64_t e) {
+          int64_t r = b;
+          rw.run(b, e, [&](const int64_t* off, int64_t cnt, const int64_t* rs) {
+            for (int64_t i = 0; i < cnt; ++i, ++r) {
+              const float* row = x + off[0] + i * rs[0];
+              const double mean = rows::sum(row, n) / static_cast<double>(n);
+              double s1 = 0, s2 = 0;
+              rows::moments(row, n, mean, &s1, &s2);
+              const double d = s1 / static_cast<double>(n);
+              const double var = std::max(s2 / static_cast<double>(n) - d * d, 0.0);
+              const double m = mean + d;
+              const float mh = static_cast<float>(m);
+              rows::norm_affine(row, n, mh, static_cast<float>(m - static_cast<double>(mh)),
+                                static_cast<float>(1.0 / std::sqrt(var + eps)), wf.data(), bf.data(), y + r * n);
+            }
+          });
+        });
+        return;
+      }
+    }
     pfor(c, rw.numel(), kGrain / std::max<int64_t>(1, 3 * n), [&](int64_t b, int64_t e) {
       std::vector<double> buf(static_cast<size_t>(n));
       int64_t r = b;

@@ -197,6 +197,15 @@ BP_AVX2 void scale_to(float* y, const float* e, float s, int64_t n, bool stream)
   for (; i < n; ++i) y[i] = e[i] * s;
 }
 
+BP_AVX2 void norm_affine(const float* x, int64_t n, float mean_hi, float mean_lo, float rstd, const float* w, const float* b,
+                         float* y) {
+  const v8f mh = v8f{} + mean_hi, ml = v8f{} + mean_lo, rv = v8f{} + rstd;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    store(y + i, ((load<v8f>(x + i) - mh) - ml) * (rv * load<v8f>(w + i)) + load<v8f>(b + i));
+  for (; i < n; ++i) y[i] = ((x[i] - mean_hi) - mean_lo) * (rstd * w[i]) + b[i];
+}
+
 void fence() { __builtin_ia32_sfence(); }
 
 #undef BP_AVX2
@@ -210,6 +219,7 @@ float max(const float*, int64_t, bool*) { return 0; }
 double exp_sum(const float*, float, float*, int64_t) { return 0; }
 void scale(float*, float, int64_t) {}
 void scale_to(float*, const float*, float, int64_t, bool) {}
+void norm_affine(const float*, int64_t, float, float, float, const float*, const float*, float*) {}
 void fence() {}
 int64_t find_contender(const float*, int64_t, int64_t n, float, bool) { return n; }
 

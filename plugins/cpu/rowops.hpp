@@ -27,6 +27,12 @@ double exp_sum(const float* x, float m, float* y, int64_t n);
 void scale(float* y, float s, int64_t n);
 // y[i] = e[i] * s; with `stream`, as non-temporal stores (the caller fences).
 void scale_to(float* y, const float* e, float s, int64_t n, bool stream);
+// y[i] = (x[i] - mean) * (rstd * w[i]) + b[i], layer_norm's last pass (w
+// and b dense over n). The mean comes as mean_hi + mean_lo (the float
+// nearest it and the rest), subtracted one after the other: x - mean_hi is
+// exact where x is near the mean, so rows far from zero keep their spread.
+void norm_affine(const float* x, int64_t n, float mean_hi, float mean_lo, float rstd, const float* w, const float* b,
+                 float* y);
 // Orders this thread's non-temporal stores before what it does next; unlike
 // the functions above, callable whatever ISA was picked (a no-op off x86-64).
 void fence();
