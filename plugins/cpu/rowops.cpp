@@ -1,6 +1,7 @@
-// AVX2+FMA bodies of rowops.hpp. Only the functions below carry the target
-// attribute; the file is compiled for baseline x86-64 like the rest, and
-// nothing here runs unless initialize picked avx2 or wider.
+// AVX2+FMA bodies of rowops.hpp (softmax's max, exp and scale passes also
+// in AVX-512, taken when initialize picked avx512). Only the functions below
+// carry the target attribute; the file is compiled for baseline x86-64 like
+// the rest, and nothing here runs unless initialize picked avx2 or wider.
 #include "rowops.hpp"
 
 #include "kernels.hpp"
@@ -115,7 +116,8 @@ BP_AVX2 void add_rows_to(double* acc, const float* x, int64_t stride, int64_t ro
   }
 }
 
-BP_AVX2 float max(const float* x, int64_t n, bool* nan) {
+namespace {
+BP_AVX2 float max_avx2(const float* x, int64_t n, bool* nan) {
   const float ninf = -std::numeric_limits<float>::infinity();
   v8f m0 = v8f{} + ninf, m1 = m0;
   v8i bad{};
@@ -142,7 +144,7 @@ BP_AVX2 float max(const float* x, int64_t n, bool* nan) {
   return m;
 }
 
-BP_AVX2 double exp_sum(const float* x, float m, float* y, int64_t n) {
+BP_AVX2 double exp_sum_avx2(const float* x, float m, float* y, int64_t n) {
   v4d a0{}, a1{};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -166,7 +168,79 @@ BP_AVX2 double exp_sum(const float* x, float m, float* y, int64_t n) {
   return s;
 }
 
+// AVX-512: the same exp polynomial 16 lanes at a time (softmax's exp pass
+// was its costliest: ~2x the row's memory time at 8 lanes).
+#define BP_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma")))
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef double v8d __attribute__((vector_size(64)));
+
+BP_AVX512 double exp_sum_avx512(const float* x, float m, float* y, int64_t n) {
+  v8d a0{}, a1{};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const v16f e = exp_lanes<v16f, v16i>(load<v16f>(x + i) - m);
+    store(y + i, e);
+    a0 += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3, 4, 5, 6, 7), v8d);
+    a1 += __builtin_convertvector(__builtin_shufflevector(e, e, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+  }
+  const v8d a = a0 + a1;
+  double s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  if (i < n) s += exp_sum_avx2(x + i, m, y + i, n - i);
+  return s;
+}
+
+BP_AVX512 float max_avx512(const float* x, int64_t n, bool* nan) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  v16f m0 = v16f{} + ninf, m1 = m0;
+  v16i bad{};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __builtin_prefetch(x + i + kAhead);
+    __builtin_prefetch(x + i + kAhead + 16);
+    const v16f v0 = load<v16f>(x + i), v1 = load<v16f>(x + i + 16);
+    bad |= (v0 != v0) | (v1 != v1);
+    m0 = v0 > m0 ? v0 : m0;
+    m1 = v1 > m1 ? v1 : m1;
+  }
+  m0 = m1 > m0 ? m1 : m0;
+  float m = ninf;
+  bool any_nan = false;
+  for (int k = 0; k < 16; ++k) {
+    m = m0[k] > m ? m0[k] : m;
+    any_nan |= bad[k] != 0;
+  }
+  if (i < n) {
+    bool tail_nan = false;
+    const float t = max_avx2(x + i, n - i, &tail_nan);
+    m = t > m ? t : m;
+    any_nan |= tail_nan;
+  }
+  *nan = any_nan;
+  return m;
+}
+
+BP_AVX512 void scale_avx512(float* y, float s, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) store(y + i, load<v16f>(y + i) * s);
+  for (; i < n; ++i) y[i] *= s;
+}
+#undef BP_AVX512
+}  // namespace
+
+float max(const float* x, int64_t n, bool* nan) {
+  return isa() == Isa::avx512 ? max_avx512(x, n, nan) : max_avx2(x, n, nan);
+}
+
+double exp_sum(const float* x, float m, float* y, int64_t n) {
+  return isa() == Isa::avx512 ? exp_sum_avx512(x, m, y, n) : exp_sum_avx2(x, m, y, n);
+}
+
 BP_AVX2 void scale(float* y, float s, int64_t n) {
+  if (isa() == Isa::avx512) {
+    scale_avx512(y, s, n);
+    return;
+  }
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) store(y + i, load<v8f>(y + i) * s);
   for (; i < n; ++i) y[i] *= s;
