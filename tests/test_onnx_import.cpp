@@ -11,6 +11,7 @@
 #include <fstream>
 
 using namespace backplane;
+namespace bpx = backplane::onnx;
 
 namespace {
 
@@ -47,6 +48,7 @@ struct ModelBuilder {
     auto* vi = g->add_output();
     vi->set_name(name);
     vi->mutable_type()->mutable_tensor_type()->set_elem_type(elem);
+    vi->mutable_type()->mutable_tensor_type()->mutable_shape();
     return *this;
   }
   ModelBuilder& init_f(const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
@@ -104,7 +106,7 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-std::map<std::string, HostTensor> run_cpu(const onnx::ImportedModel& im, std::map<std::string, HostTensor> in) {
+std::map<std::string, HostTensor> run_cpu(const bpx::ImportedModel& im, std::map<std::string, HostTensor> in) {
   static auto rt = Runtime::create();
   Plan plan = rt->compile(im.graph, rt->device("cpu"));
   return plan.run(in);
@@ -140,9 +142,9 @@ TEST_CASE("onnx: Conv + BatchNormalization folds into one conv2d with the same v
         want.push_back((c - mean[o]) / sd[o] * gamma[o] + beta[o]);
       }
   for (bool fold : {true, false}) {
-    onnx::ImportOptions opt;
+    bpx::ImportOptions opt;
     opt.fold_batch_norm = fold;
-    auto im = onnx::import_bytes(b.bytes(), opt, "bn.onnx");
+    auto im = bpx::import_bytes(b.bytes(), opt, "bn.onnx");
     size_t convs = 0, others = 0;
     for (const auto& n : im.graph.nodes()) (n.op == "conv2d" ? convs : others) += 1;
     CHECK(convs == 1);
@@ -167,9 +169,9 @@ TEST_CASE("onnx: shape arithmetic folds at import (Shape, Gather, Unsqueeze, Con
   b.node("Concat", {"n1", "minus1"}, {"shape"});
   ModelBuilder::attr_i(b.g->mutable_node(3), "axis", 0);
   b.node("Reshape", {"x", "shape"}, {"y"});
-  onnx::ImportOptions opt;
+  bpx::ImportOptions opt;
   opt.dims["batch"] = 2;
-  auto im = onnx::import_bytes(b.bytes(), opt);
+  auto im = bpx::import_bytes(b.bytes(), opt);
   REQUIRE(im.graph.nodes().size() == 1);  // only the reshape is left
   CHECK(im.graph.nodes()[0].op == "reshape");
   CHECK(im.graph.nodes()[0].params["shape"] == Json({2, -1}));
@@ -180,12 +182,12 @@ TEST_CASE("onnx: shape arithmetic folds at import (Shape, Gather, Unsqueeze, Con
   CHECK(out.at("y").get(7) == 7);
 
   // A dynamic dim without a size: the message names the input and the dim.
-  const std::string e = error_of([&] { onnx::import_bytes(b.bytes()); });
+  const std::string e = error_of([&] { bpx::import_bytes(b.bytes()); });
   CHECK_THAT(e, Catch::Contains("input 'x'") && Catch::Contains("'batch'") && Catch::Contains("--dim batch=N"));
   // A given shape that contradicts a static dim.
-  onnx::ImportOptions bad;
+  bpx::ImportOptions bad;
   bad.input_shapes["x"] = {2, 5, 3};
-  CHECK_THAT(error_of([&] { onnx::import_bytes(b.bytes(), bad); }), Catch::Contains("dim 1 = 2 in the model, 5 given"));
+  CHECK_THAT(error_of([&] { bpx::import_bytes(b.bytes(), bad); }), Catch::Contains("dim 1 = 2 in the model, 5 given"));
 }
 
 TEST_CASE("onnx: Gemm with transB, alpha and beta matches the hand product", "[onnx]") {
@@ -197,7 +199,7 @@ TEST_CASE("onnx: Gemm with transB, alpha and beta matches the hand product", "[o
   ModelBuilder::attr_i(n, "transB", 1);
   ModelBuilder::attr_f(n, "alpha", 2.0f);
   ModelBuilder::attr_f(n, "beta", 0.5f);
-  auto im = onnx::import_bytes(b.bytes());
+  auto im = bpx::import_bytes(b.bytes());
   auto y = run_cpu(im, {{"a", f32({2, 3}, {1, 2, 3, 4, 5, 6})}}).at("y");
   // a @ B = [[1 - 3, 2 + 2], [4 - 6, 8 + 5]] = [[-2, 4], [-2, 13]]; 2·that + 0.5·[10, 20].
   const std::vector<double> want = {1, 18, 1, 36};
@@ -215,7 +217,7 @@ TEST_CASE("onnx: Slice with ONNX's clamping, negative steps and INT64 sentinels"
   b.init_i("ax", {1}, {0});
   b.node("Slice", {"x", "s1", "e1", "ax", "st1"}, {"y"});  // x[4::-2] = [4, 2, 0]
   b.node("Slice", {"x", "s2", "e2"}, {"z"});               // x[1:] = [1 .. 5]
-  auto im = onnx::import_bytes(b.bytes());
+  auto im = bpx::import_bytes(b.bytes());
   auto out = run_cpu(im, {{"x", f32({6}, {0, 1, 2, 3, 4, 5})}});
   REQUIRE(out.at("y").shape == Shape{3});
   CHECK((out.at("y").get(0) == 4 && out.at("y").get(1) == 2 && out.at("y").get(2) == 0));
@@ -236,7 +238,7 @@ TEST_CASE("onnx: a model with unmapped ops lists every one of them before anythi
   auto* o = b.m.add_opset_import();
   o->set_domain("com.example");
   o->set_version(1);
-  const std::string e = error_of([&] { onnx::import_bytes(b.bytes(), {}, "multi.onnx"); });
+  const std::string e = error_of([&] { bpx::import_bytes(b.bytes(), {}, "multi.onnx"); });
   // NonZero's output is unused (not live): it is not listed.
   CHECK_THAT(e, Catch::Contains("multi.onnx: 2 ONNX ops of opset 13 cannot be imported"));
   CHECK_THAT(e, Catch::Contains("Hardmax: 2 nodes ('hm1', 'hm2')"));
@@ -245,7 +247,7 @@ TEST_CASE("onnx: a model with unmapped ops lists every one of them before anythi
 }
 
 TEST_CASE("onnx: bad models get messages naming the model and what is wrong", "[onnx]") {
-  CHECK_THAT(error_of([] { onnx::import_bytes("this is not a protobuf \x01\x02\xff", {}, "junk.onnx"); }),
+  CHECK_THAT(error_of([] { bpx::import_bytes("this is not a protobuf \x01\x02\xff", {}, "junk.onnx"); }),
              Catch::Contains("junk.onnx: not an ONNX model"));
   ModelBuilder good;
   good.input("x", {"2"}).output("y");
@@ -253,7 +255,7 @@ TEST_CASE("onnx: bad models get messages naming the model and what is wrong", "[
   const std::string bytes = good.bytes();
   // Truncated anywhere: refused, never a crash.
   for (size_t cut : {size_t{1}, bytes.size() / 2, bytes.size() - 1}) {
-    const std::string e = error_of([&] { onnx::import_bytes(bytes.substr(0, cut), {}, "cut.onnx"); });
+    const std::string e = error_of([&] { bpx::import_bytes(bytes.substr(0, cut), {}, "cut.onnx"); });
     CHECK_THAT(e, Catch::StartsWith("cut.onnx: "));
   }
   // raw_data that does not fit the shape.
@@ -261,22 +263,22 @@ TEST_CASE("onnx: bad models get messages naming the model and what is wrong", "[
   b.input("x", {"2"}).output("y");
   b.init_f("w", {3}, {1, 2});
   b.node("Add", {"x", "w"}, {"y"});
-  CHECK_THAT(error_of([&] { onnx::import_bytes(b.bytes(), {}, "raw.onnx"); }),
+  CHECK_THAT(error_of([&] { bpx::import_bytes(b.bytes(), {}, "raw.onnx"); }),
              Catch::Contains("initializer 'w'") && Catch::Contains("raw_data holds 8 bytes"));
   // A shape error inside the model names the ONNX node.
   ModelBuilder s;
   s.input("x", {"2", "3"}).output("y");
   s.init_f("w", {4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
   s.node("MatMul", {"x", "w"}, {"y"}, "proj");
-  CHECK_THAT(error_of([&] { onnx::import_bytes(s.bytes(), {}, "mm.onnx"); }),
+  CHECK_THAT(error_of([&] { bpx::import_bytes(s.bytes(), {}, "mm.onnx"); }),
              Catch::Contains("mm.onnx: node 'proj' (MatMul, opset 13)") && Catch::Contains("do not match"));
   // An opset outside the supported range.
   ModelBuilder old(7);
   old.input("x", {"2"}).output("y");
   old.node("Relu", {"x"}, {"y"});
-  CHECK_THAT(error_of([&] { onnx::import_bytes(old.bytes()); }), Catch::Contains("opset 7 is outside the supported 11-18"));
+  CHECK_THAT(error_of([&] { bpx::import_bytes(old.bytes()); }), Catch::Contains("opset 7 is outside the supported 11-18"));
   // A file that is not there, and external data that leaves the model's folder.
-  CHECK_THAT(error_of([] { onnx::import_file("/nonexistent/m.onnx"); }), Catch::Contains("/nonexistent/m.onnx: no such file"));
+  CHECK_THAT(error_of([] { bpx::import_file("/nonexistent/m.onnx"); }), Catch::Contains("/nonexistent/m.onnx: no such file"));
   ModelBuilder ext;
   ext.input("x", {"2"}).output("y");
   auto* t = ext.g->add_initializer();
@@ -294,7 +296,7 @@ TEST_CASE("onnx: bad models get messages naming the model and what is wrong", "[
     std::ofstream f(dir / "m.onnx", std::ios::binary);
     f << ext.bytes();
   }
-  CHECK_THAT(error_of([&] { onnx::import_file(dir / "m.onnx"); }),
+  CHECK_THAT(error_of([&] { bpx::import_file(dir / "m.onnx"); }),
              Catch::Contains("initializer 'w'") && Catch::Contains("leaves the model's folder"));
   std::filesystem::remove_all(dir);
 }
@@ -304,10 +306,10 @@ TEST_CASE("onnx: the graph directory round-trips through a graph file", "[onnx]"
   b.input("x", {"2", "2"}).output("y");
   b.init_f("w", {2, 2}, {1, 2, 3, 4});
   b.node("MatMul", {"x", "w"}, {"y"});
-  auto im = onnx::import_bytes(b.bytes());
+  auto im = bpx::import_bytes(b.bytes());
   const auto dir = std::filesystem::temp_directory_path() / "bp_onnx_dir_test";
   std::filesystem::remove_all(dir);
-  const auto path = onnx::write_graph_dir(im.graph, dir);
+  const auto path = bpx::write_graph_dir(im.graph, dir);
   GraphFile gf = load_graph_file(path);
   CHECK(gf.inputs.empty());  // x is declared, its data comes with the run
   auto rt = Runtime::create();

@@ -257,15 +257,20 @@ std::vector<int> live_nodes(const ::onnx::GraphProto& g) {
 
 }  // namespace
 
-ImportedModel Importer::run(::onnx::ModelProto& model) {
-  // The default domain's opset.
+int64_t default_opset(const ::onnx::ModelProto& model, const std::string& label) {
+  int64_t opset = 0;
   for (const auto& o : model.opset_import())
-    if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
-  if (opset_ == 0) throw Error(label_ + ": imports no opset of the default ONNX domain");
-  if (opset_ < kMinOpset || opset_ > kMaxOpset)
-    throw Error(label_ + ": opset " + std::to_string(opset_) + " is outside the supported " + std::to_string(kMinOpset) +
-                "-" + std::to_string(kMaxOpset) + " (convert it with onnx.version_converter)",
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+  if (opset == 0) throw Error(label + ": imports no opset of the default ONNX domain");
+  if (opset < kMinOpset || opset > kMaxOpset)
+    throw Error(label + ": opset " + std::to_string(opset) + " is outside the supported " + std::to_string(kMinOpset) + "-" +
+                    std::to_string(kMaxOpset) + " (convert it with onnx.version_converter)",
                 BP_ERR_UNIMPLEMENTED);
+  return opset;
+}
+
+ImportedModel Importer::run(::onnx::ModelProto& model) {
+  opset_ = default_opset(model, label_);
   auto& g = *model.mutable_graph();
   const auto live = live_nodes(g);
 
@@ -380,6 +385,7 @@ namespace {
 
 ImportedModel finish(::onnx::ModelProto& m, const ImportOptions& options, const std::string& label,
                      const std::filesystem::path& base) {
+  detail::default_opset(m, label);  // before the checker: its complaint about an old opset is less clear
   detail::check_model(m, label);
   detail::Importer imp(options, label, base);
   return imp.run(m);

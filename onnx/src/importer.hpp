@@ -32,6 +32,9 @@ struct Val {
 };
 using ValPtr = std::shared_ptr<Val>;
 
+// The model's opset of the default domain; Error outside kMinOpset-kMaxOpset.
+int64_t default_opset(const ::onnx::ModelProto& model, const std::string& label);
+
 class Importer;
 using Handler = std::function<void(Importer&, const ::onnx::NodeProto&)>;
 const std::map<std::string, Handler>& handlers();
@@ -65,8 +68,12 @@ class Importer {
   // The next live node (for folds that take two nodes at once), and marking
   // it done.
   const ::onnx::NodeProto* next() const { return next_; }
+  // The next node was handled with this one: it is not visited, and what
+  // it read no longer counts as read.
   void skip_next() {
-    if (next_index_ >= 0) skip_.insert(next_index_);
+    if (next_index_ < 0) return;
+    skip_.insert(next_index_);
+    for (const auto& in : next_->input()) --uses_[in];
   }
   void count_folded_bn() { ++folded_bn_; }
 

@@ -72,7 +72,12 @@ struct Gelu : Costly {
 struct Clamp : NoParams {
   static constexpr bp_params_kind kind = BP_PARAMS_CLAMP;
   bp_clamp_params p;
-  explicit Clamp(const bp_op_params* q) : NoParams(q), p(q->u.clamp) {}
+  // Absent bounds as infinities, so the float path is two selects without
+  // branches (it vectorises; MobileNetV2's 35 clamps took a quarter of its
+  // time with a NaN test and two flag tests per element).
+  double lo, hi;
+  explicit Clamp(const bp_op_params* q)
+      : NoParams(q), p(q->u.clamp), lo(p.has_min ? p.min_f : -HUGE_VAL), hi(p.has_max ? p.max_f : HUGE_VAL) {}
   template <class C> C operator()(C x) const {
     if constexpr (std::is_integral_v<C>) {
       int64_t v = x;
@@ -80,10 +85,11 @@ struct Clamp : NoParams {
       if (p.has_max && v > p.max_i) v = p.max_i;
       return static_cast<C>(v);
     } else {
-      if (x != x) return x;
-      if (p.has_min && x < C(p.min_f)) x = C(p.min_f);
-      if (p.has_max && x > C(p.max_f)) x = C(p.max_f);
-      return x;
+      // min first, then max (min > max gives max); NaN fails both tests and
+      // passes through.
+      const C l = static_cast<C>(lo), h = static_cast<C>(hi);
+      x = x < l ? l : x;
+      return x > h ? h : x;
     }
   }
 };
