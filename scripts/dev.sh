@@ -16,7 +16,8 @@ JOBS="${JOBS:-$(nproc)}"
 packages=(build-essential cmake pkg-config libboost-dev nlohmann-json3-dev catch2
           libvulkan-dev mesa-vulkan-drivers glslang-tools glslang-dev vulkan-validationlayers
           python3-numpy libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc libdnnl-dev libdlpack-dev
-          pybind11-dev python3-dev python3-pytest python3-torch clang libfuzzer-14-dev openssl)
+          pybind11-dev python3-dev python3-pytest python3-torch clang libfuzzer-14-dev openssl
+          libonnx-dev python3-torchvision)
 if [ "${SKIP_APT:-0}" != 1 ]; then
   missing=()
   for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
