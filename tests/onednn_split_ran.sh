@@ -19,7 +19,7 @@ cat > "$dir/graph.json" <<'GRAPH'
   "inputs": {
     "x": {"value": 0.5, "dtype": "f32", "shape": [1, 64, 28, 28]},
     "w": {"value": 0.25, "dtype": "f32", "shape": [64, 64, 3, 3]},
-    "xg": {"value": 0.5, "dtype": "f32", "shape": [1, 128, 28, 28]},
+    "xg": {"value": 0.5, "dtype": "f32", "shape": [1, 128, 56, 56]},
     "wg": {"value": 0.25, "dtype": "f32", "shape": [128, 8, 3, 3]}
   },
   "nodes": [

@@ -316,7 +316,7 @@ TEST_CASE("cpu conv2d at batch 1 on two threads: channel and group splits, depth
       {{1, 32, 8, 8}, {64, 1, 3, 3}, true, 1, 1, 2, 32},         // depthwise with two filters per channel, dilated
       {{1, 64, 40, 40}, {96, 64, 1, 1}, true, 1, 0, 1, 1},       // pointwise
       {{1, 64, 28, 28}, {64, 8, 3, 3}, true, 1, 1, 1, 8},        // eight groups of eight channels
-      {{1, 128, 28, 28}, {128, 8, 3, 3}, false, 1, 1, 1, 16},    // sixteen groups: split by groups
+      {{1, 128, 56, 56}, {128, 8, 3, 3}, false, 1, 1, 1, 16},    // sixteen groups: split by groups
   };
   for (bp_dtype d : {BP_DTYPE_F32, BP_DTYPE_BF16, BP_DTYPE_F16, BP_DTYPE_F64}) {
     for (size_t ci = 0; ci < cases.size(); ++ci) {
