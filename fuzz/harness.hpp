@@ -63,6 +63,11 @@ void set_note(const std::string& what);  // for harnesses in other files
 // outputs dense), params must survive decode -> encode -> decode.
 int remote_one(const uint8_t* data, size_t size);
 
+// The ONNX importer (fuzz/onnx_harness.cpp; in builds with libonnx-dev
+// only): bytes -> onnx::import_bytes; a model it accepts must give a graph
+// the core accepts, holding the inputs and outputs it reports.
+int onnx_one(const uint8_t* data, size_t size);
+
 // The folder(s) holding the partial plugin's manifest (and the CPU plugin's,
 // optionally), ':'-separated; plan_one reads it on first use. The default is
 // the compile-time BACKPLANE_FUZZ_PLUGIN_DIRS.

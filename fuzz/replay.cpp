@@ -87,6 +87,9 @@ const Named kHarnesses[] = {
 #ifdef BACKPLANE_HAVE_REMOTE
     {"fuzz_remote", backplane::fuzz::remote_one},
 #endif
+#ifdef BACKPLANE_HAVE_ONNX
+    {"fuzz_onnx", backplane::fuzz::onnx_one},
+#endif
 };
 
 std::vector<std::filesystem::path> files_under(const std::filesystem::path& p) {

@@ -13,7 +13,7 @@
 # `build/bin/fuzz_replay <file>` in the normal build).
 #
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_TIME (seconds per
-# harness, default 60), FUZZ_HARNESSES (default: all five), JOBS (default:
+# harness, default 60), FUZZ_HARNESSES (default: all six; one not built is skipped), JOBS (default:
 # all cores), SKIP_APT=1 (packages already there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR="${FUZZ_BUILD_DIR:-build-fuzz}"
 TIME="${FUZZ_TIME:-60}"
 JOBS="${JOBS:-$(nproc)}"
-HARNESSES="${FUZZ_HARNESSES:-fuzz_graph fuzz_npy fuzz_manifest fuzz_plan fuzz_remote}"
+HARNESSES="${FUZZ_HARNESSES:-fuzz_graph fuzz_npy fuzz_manifest fuzz_plan fuzz_remote fuzz_onnx}"
 start=$(date +%s)
 
 # ---- clang and libFuzzer ------------------------------------------------------
@@ -68,6 +68,11 @@ failed=()
 summary=()
 for h in $HARNESSES; do
   exe="$BUILD_DIR/bin/$h"
+  if [ ! -x "$exe" ]; then
+    summary+=("$h: not built in this configuration (skipped)")
+    echo "== $h: not built in this configuration (skipped) =="
+    continue
+  fi
   seeds="fuzz/corpus/$h"
   mkdir -p "$work/$h/corpus" "$work/$h/artifacts"
   cp "$seeds"/* "$work/$h/corpus/"

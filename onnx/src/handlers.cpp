@@ -646,6 +646,8 @@ void trilu(I& imp, const NodeP& n) {
   const int64_t k = imp.get(n, 1) ? I::ints_of(imp.known(n, 1, "k")).at(0) : 0;
   const bool upper = I::attr_i(n, "upper", 1) != 0;
   const int64_t R = x->type.shape[x->type.shape.size() - 2], C = x->type.shape.back();
+  if (R != 0 && C > imp.options().fold_limit / R)
+    fail(imp, n, "a mask of " + shape_str({R, C}) + " is above ImportOptions::fold_limit", BP_ERR_UNIMPLEMENTED);
   HostTensor mask(BP_DTYPE_BOOL, {R, C});
   for (int64_t i = 0; i < R; ++i)
     for (int64_t j = 0; j < C; ++j) mask.set_int(i * C + j, upper ? (j - i >= k) : (j - i <= k));
@@ -721,7 +723,8 @@ void range(I& imp, const NodeP& n) {
   const double start = s.get(0), limit = l.get(0), delta = d.get(0);
   if (delta == 0) fail(imp, n, "delta 0");
   const double count = std::max(0.0, std::ceil((limit - start) / delta));
-  if (count > 1e8) fail(imp, n, "more than 1e8 elements");
+  if (!(count <= static_cast<double>(imp.options().fold_limit)))
+    fail(imp, n, "more than " + std::to_string(imp.options().fold_limit) + " elements (ImportOptions::fold_limit)");
   HostTensor t(s.dtype, {static_cast<int64_t>(count)});
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (is_float(t.dtype)) t.set(i, start + static_cast<double>(i) * delta);

@@ -215,6 +215,7 @@ Shape Importer::input_shape(const ::onnx::ValueInfoProto& vi, const std::string&
       auto it = options_.dims.find(sym);
       if (it != options_.dims.end()) v = it->second;
     }
+    if (v < 0) v = options_.default_dim;
     if (v < 0)
       throw Error(label_ + ": input '" + name + "' has a dynamic dim " + std::to_string(i) +
                   (sym.empty() ? std::string() : " ('" + sym + "')") + "; give its size (--input " + name +

@@ -88,10 +88,11 @@ std::string onnx_type_name(int32_t onnx_type) {
 
 namespace {
 
-// Bytes of external data: `location` relative to the model's folder, never
-// outside it.
-void read_external(const ::onnx::TensorProto& t, const std::filesystem::path& base, std::byte* dst, uint64_t nbytes,
-                   const std::string& where) {
+// External data: `location` relative to the model's folder, never outside
+// it, and a file that holds `nbytes` at the offset (checked before the
+// tensor is allocated).
+std::filesystem::path external_path(const ::onnx::TensorProto& t, const std::filesystem::path& base, uint64_t nbytes,
+                                    const std::string& where, uint64_t& offset_out) {
   if (base.empty()) throw Error(where + ": keeps its data in an external file, which an in-memory model cannot name");
   std::string location;
   uint64_t offset = 0;
@@ -119,13 +120,27 @@ void read_external(const ::onnx::TensorProto& t, const std::filesystem::path& ba
     throw Error(where + ": external data length " + std::to_string(*length) + " differs from the " +
                 std::to_string(nbytes) + " bytes its shape needs");
   const auto path = base / rel;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(where + ": cannot open external data file " + path.string());
-  f.seekg(0, std::ios::end);
-  const auto size = static_cast<uint64_t>(f.tellg());
-  if (offset > size || size - offset < nbytes)
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error(where + ": no external data file " + path.string());
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec || offset > size || size - offset < nbytes)
     throw Error(where + ": external data file " + path.string() + " holds " + std::to_string(size) + " bytes; " +
                 std::to_string(nbytes) + " wanted at offset " + std::to_string(offset));
+  offset_out = offset;
+  return path;
+}
+
+void check_external(const ::onnx::TensorProto& t, const std::filesystem::path& base, uint64_t nbytes, const std::string& where) {
+  uint64_t offset = 0;
+  external_path(t, base, nbytes, where, offset);
+}
+
+void read_external(const ::onnx::TensorProto& t, const std::filesystem::path& base, std::byte* dst, uint64_t nbytes,
+                   const std::string& where) {
+  uint64_t offset = 0;
+  const auto path = external_path(t, base, nbytes, where, offset);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(where + ": cannot open external data file " + path.string());
   f.seekg(static_cast<std::streamoff>(offset));
   f.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(nbytes));
   if (!f) throw Error(where + ": reading external data from " + path.string() + " failed");
@@ -156,9 +171,12 @@ HostTensor tensor_from_proto(::onnx::TensorProto& t, const std::filesystem::path
     if (d != 0 && n > (int64_t{1} << 40) / d) throw Error(where + ": shape " + shape_str(shape) + " is too large");
     n *= d;
   }
-  HostTensor out(*dt, shape);
-  const uint64_t nbytes = out.nbytes();
+  const uint64_t nbytes = static_cast<uint64_t>(n) * dtype_size(*dt);
+  // The data's size is checked against the shape before anything is
+  // allocated: a small model cannot claim a large tensor it does not hold.
   if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
+    check_external(t, base, nbytes, where);
+    HostTensor out(*dt, shape);
     read_external(t, base, out.bytes.data(), nbytes, where);
     return out;
   }
@@ -166,11 +184,20 @@ HostTensor tensor_from_proto(::onnx::TensorProto& t, const std::filesystem::path
     if (t.raw_data().size() != nbytes)
       throw Error(where + ": raw_data holds " + std::to_string(t.raw_data().size()) + " bytes; " + std::string(dtype_name(*dt)) +
                   " " + shape_str(shape) + " needs " + std::to_string(nbytes));
+    HostTensor out(*dt, shape);
     if (nbytes) std::memcpy(out.bytes.data(), t.raw_data().data(), nbytes);
     if (release) std::string().swap(*t.mutable_raw_data());  // the parsed copy goes as ours arrives
     return out;
   }
   using T = ::onnx::TensorProto;
+  const int typed = t.data_type() == T::FLOAT    ? t.float_data_size()
+                    : t.data_type() == T::DOUBLE ? t.double_data_size()
+                    : t.data_type() == T::INT64  ? t.int64_data_size()
+                                                 : t.int32_data_size();
+  if (typed != n)
+    throw Error(where + ": holds " + std::to_string(typed) + " values; " + std::string(dtype_name(*dt)) + " " + shape_str(shape) +
+                " needs " + std::to_string(n));
+  HostTensor out(*dt, shape);
   switch (t.data_type()) {
     case T::FLOAT:
       copy_typed(t.float_data(), n, where, "float_data", [&](int64_t i, float v) { out.as<float>()[i] = v; });

@@ -39,6 +39,9 @@ struct ImportOptions {
   std::map<std::string, Shape> input_shapes;
   // Sizes of named dynamic dims ("batch": 1).
   std::map<std::string, int64_t> dims;
+  // The size of any dynamic dim neither of the above gives (-1: none; such
+  // a dim is then an error naming it).
+  int64_t default_dim = -1;
   // Fold a BatchNormalization that follows a Conv into the Conv's weights
   // and bias (exact up to f32 rounding of the folded weights).
   bool fold_batch_norm = true;
