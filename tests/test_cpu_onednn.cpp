@@ -299,7 +299,8 @@ const char* dtype_name(bp_dtype d) {
 }  // namespace
 
 // Batch 1 on two threads: oneDNN (f32 on AVX-512, bf16 on AVX512-BF16) splits
-// each convolution by output channels, or by groups, 16 channels at a time;
+// each convolution by output channels, or by groups, 16 channels at a time
+// (f32 3x3 stride-1 convolutions take the plugin's Winograd instead);
 // depthwise convolutions take the plugin's direct kernel on every path, and
 // its own kernels (f16, f64, and everything without oneDNN) take 1x1 ones as
 // a plain GEMM over the image and small groups one per thread. tests/onednn_split_ran.sh checks from
@@ -309,7 +310,8 @@ TEST_CASE("cpu conv2d at batch 1 on two threads: channel and group splits, depth
   REQUIRE(rt.num_threads() == 2);
   auto& dev = rt.device("cpu");
   const std::vector<ConvCase> cases = {
-      {{1, 64, 28, 28}, {64, 64, 3, 3}, true, 1, 1, 1, 1},       // ResNet 3x3: split by output channels
+      {{1, 64, 56, 56}, {64, 64, 3, 3}, true, 2, 1, 1, 1},       // ResNet 3x3 at stride 2: split by output channels
+      {{1, 64, 28, 28}, {64, 64, 3, 3}, true, 1, 1, 1, 1},       // 3x3 at stride 1: Winograd for f32 (tile blocks)
       {{1, 3, 64, 64}, {32, 3, 7, 7}, true, 2, 3, 1, 1},         // the stem: 7x7 at stride 2 over 3 channels
       {{1, 144, 56, 56}, {144, 1, 3, 3}, true, 1, 1, 1, 144},    // depthwise
       {{1, 96, 57, 57}, {96, 1, 3, 3}, false, 2, 1, 1, 96},      // depthwise at stride 2, odd size
