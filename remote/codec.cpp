@@ -29,6 +29,7 @@ Shape shape_of(bp_params_kind k) {
     case BP_PARAMS_VAR_MEAN: return {-1, 1, 1};
     case BP_PARAMS_SELECTIVE_SCAN: return {0, 0, 1};
     case BP_PARAMS_CUSTOM: return {0, 0, 0};
+    case BP_PARAMS_POOL2D: return {10, 0, 2};
   }
   return {0, 0, 0};
 }
@@ -104,6 +105,14 @@ void encode_params(const bp_op_params& p, Params* out) {
     case BP_PARAMS_CUSTOM:
       if (u.custom.json.data) out->set_json(std::string(u.custom.json.data, u.custom.json.len));
       break;
+    case BP_PARAMS_POOL2D:
+      for (int32_t v : u.pool2d.kernel) out->add_ints(v);
+      for (int32_t v : u.pool2d.stride) out->add_ints(v);
+      for (int32_t v : u.pool2d.padding) out->add_ints(v);
+      for (int32_t v : u.pool2d.dilation) out->add_ints(v);
+      out->add_flags(u.pool2d.ceil_mode);
+      out->add_flags(u.pool2d.count_include_pad);
+      break;
   }
 }
 
@@ -150,7 +159,7 @@ std::string decode_layout(const Layout& in, bp_layout& out) {
 std::string decode_params(const Params& in, bp_op_params& out, std::string& json) {
   std::memset(&out, 0, sizeof out);
   out.struct_size = sizeof out;
-  if (in.kind() > BP_PARAMS_CUSTOM) return "params kind " + std::to_string(in.kind()) + " is unknown";
+  if (in.kind() > BP_PARAMS_POOL2D) return "params kind " + std::to_string(in.kind()) + " is unknown";
   out.kind = static_cast<bp_params_kind>(in.kind());
   const Shape want = shape_of(out.kind);
   const bool variable = want.ints < 0;
@@ -236,6 +245,18 @@ std::string decode_params(const Params& in, bp_op_params& out, std::string& json
       if (in.json().size() > kMaxParamsJson) return "vendor-op params exceed 64 KiB";
       json = in.json();
       u.custom.json = bp_string{json.data(), json.size()};
+      break;
+    case BP_PARAMS_POOL2D:
+      // The fields are int32; the check of the call re-infers the op and
+      // compares, so only the range is checked here.
+      for (int i = 0; i < 10; ++i)
+        if (!fits_i32(I[i])) return "a pool2d value out of range";
+      for (int i = 0; i < 2; ++i) u.pool2d.kernel[i] = static_cast<int32_t>(I[i]);
+      for (int i = 0; i < 2; ++i) u.pool2d.stride[i] = static_cast<int32_t>(I[2 + i]);
+      for (int i = 0; i < 4; ++i) u.pool2d.padding[i] = static_cast<int32_t>(I[4 + i]);
+      for (int i = 0; i < 2; ++i) u.pool2d.dilation[i] = static_cast<int32_t>(I[8 + i]);
+      u.pool2d.ceil_mode = B[0];
+      u.pool2d.count_include_pad = B[1];
       break;
   }
   return {};

@@ -112,6 +112,16 @@ Json params_json(const std::string& op, const bp_op_params& p, bp_dtype x, int64
       j["keepdim"] = u.var_mean.keepdim;
       break;
     case BP_PARAMS_SELECTIVE_SCAN: j["delta_softplus"] = u.selective_scan.delta_softplus; break;
+    case BP_PARAMS_POOL2D:
+      j["kernel_size"] = {u.pool2d.kernel[0], u.pool2d.kernel[1]};
+      j["stride"] = {u.pool2d.stride[0], u.pool2d.stride[1]};
+      j["padding"] = {u.pool2d.padding[0], u.pool2d.padding[1], u.pool2d.padding[2], u.pool2d.padding[3]};
+      j["dilation"] = {u.pool2d.dilation[0], u.pool2d.dilation[1]};
+      j["ceil_mode"] = u.pool2d.ceil_mode;
+      // max_pool2d takes no count_include_pad (its params say false); a max
+      // call that says true re-infers to false and is refused as not in form.
+      if (op == "avg_pool2d") j["count_include_pad"] = u.pool2d.count_include_pad;
+      break;
   }
   return j;
 }

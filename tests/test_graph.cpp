@@ -52,6 +52,25 @@ TEST_CASE("shape inference follows docs/ops.md", "[graph]") {
         Shape{3});
 }
 
+TEST_CASE("pool2d output sizes follow PyTorch and ONNX", "[graph]") {
+  auto pool = [](const char* op, Shape x, Json p) { return type_of(one(op, {{BP_DTYPE_F32, std::move(x)}}, p)).second; };
+  CHECK(pool("max_pool2d", {1, 64, 112, 112}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}) == Shape{1, 64, 56, 56});
+  CHECK(pool("avg_pool2d", {2, 3, 8, 9}, {{"kernel_size", 2}}) == Shape{2, 3, 4, 4});  // stride: the kernel size
+  CHECK(pool("max_pool2d", {1, 1, 6, 6}, {{"kernel_size", 3}, {"stride", 2}}) == Shape{1, 1, 2, 2});
+  CHECK(pool("max_pool2d", {1, 1, 6, 6}, {{"kernel_size", 3}, {"stride", 2}, {"ceil_mode", true}}) == Shape{1, 1, 3, 3});
+  // ceil_mode's extra window would start in the bottom/right padding: dropped.
+  CHECK(pool("avg_pool2d", {1, 1, 5, 5}, {{"kernel_size", 2}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true}}) ==
+        Shape{1, 1, 3, 3});
+  CHECK(pool("max_pool2d", {1, 1, 9, 8}, {{"kernel_size", 3}, {"stride", 2}, {"padding", {0, 1, 2, 1}}}) == Shape{1, 1, 5, 4});
+  CHECK(pool("max_pool2d", {1, 1, 9, 10}, {{"kernel_size", {2, 3}}, {"stride", 1}, {"dilation", {2, 1}}}) == Shape{1, 1, 7, 8});
+  CHECK_THAT(error_of(one("max_pool2d", {{BP_DTYPE_F32, {1, 1, 4, 4}}}, {{"kernel_size", int64_t{1} << 31}})),
+             Catch::Contains("node 'n' (max_pool2d)") && Catch::Contains("does not fit int32"));
+  CHECK_THAT(error_of(one("avg_pool2d", {{BP_DTYPE_F32, {1, 1, 4, 4}}}, {{"kernel_size", 3}, {"dilation", 2}})),
+             Catch::Contains("spans more than the padded input"));
+  CHECK_THAT(error_of(one("max_pool2d", {{BP_DTYPE_F32, {1, 1, 4, 4}}}, {{"kernel_size", 2}, {"count_include_pad", false}})),
+             Catch::Contains("unknown param 'count_include_pad'"));
+}
+
 TEST_CASE("bad graphs are rejected with messages that name the node", "[graph]") {
   CHECK_THAT(error_of(one("add", {{BP_DTYPE_F32, {3}}, {BP_DTYPE_F32, {4}}})),
              Catch::Contains("node 'n' (add)") && Catch::Contains("[3] and [4] do not broadcast"));

@@ -908,6 +908,57 @@ void conv2d(const Args& a, InferredNode& r) {
   r.out.shape = {N, O, Ho, Wo};
 }
 
+// ABI 1.5 added bp_pool2d_params to the union without growing it (its
+// largest member is still conv2d's): plugins built against 1.4 keep their
+// bp_op_params size.
+static_assert(sizeof(bp_pool2d_params) <= sizeof(bp_conv2d_params), "bp_op_params must not grow");
+
+// max_pool2d, avg_pool2d: one window per output element, each of x's N·C
+// planes on its own. H' as conv2d's, or rounded up with ceil_mode; a last
+// window that would start in the bottom/right padding is dropped (PyTorch,
+// ONNX). Every value must fit the int32 fields of bp_pool2d_params.
+void pool2d(const Args& a, InferredNode& r) {
+  const auto& x = a.x(0);
+  auto& p = r.params.u.pool2d;
+  const auto& ks = a.ints("kernel_size");
+  const auto& st = a.given("stride") ? a.ints("stride") : ks;  // absent: the kernel size, as PyTorch
+  const auto& pd = a.ints("padding");
+  const auto& dl = a.ints("dilation");
+  auto i32 = [&](const char* name, int64_t v) {
+    if (v > INT32_MAX)
+      a.fail(std::string("param '") + name + "' = " + std::to_string(v) + " does not fit int32");
+    return static_cast<int32_t>(v);
+  };
+  for (int i = 0; i < 2; ++i) {
+    p.kernel[i] = i32("kernel_size", ks[static_cast<size_t>(i)]);
+    p.stride[i] = i32(a.given("stride") ? "stride" : "kernel_size", st[static_cast<size_t>(i)]);
+    p.dilation[i] = i32("dilation", dl[static_cast<size_t>(i)]);
+  }
+  for (int i = 0; i < 4; ++i) p.padding[i] = i32("padding", pd[static_cast<size_t>(i)]);
+  p.ceil_mode = a.b("ceil_mode");
+  p.count_include_pad = a.op().name == "avg_pool2d" && a.b("count_include_pad");
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  const std::string what = a.where() + ": pool2d geometry";
+  auto out_size = [&](int64_t in, int64_t pad0, int64_t pad1, int64_t dil, int64_t k, int64_t stride) -> int64_t {
+    const int64_t padded = checked_add(checked_add(in, pad0, what), pad1, what);
+    const int64_t span = checked_add(checked_mul(dil, k - 1, what), 1, what);
+    if (padded < span) return -1;
+    int64_t n = (padded - span) / stride + 1;
+    if (p.ceil_mode && (padded - span) % stride != 0) {
+      ++n;
+      if ((n - 1) * stride >= in + pad0) --n;  // the last window would start past the input and top/left padding
+    }
+    return n;
+  };
+  const int64_t Ho = out_size(H, p.padding[0], p.padding[2], p.dilation[0], p.kernel[0], p.stride[0]);
+  const int64_t Wo = out_size(W, p.padding[1], p.padding[3], p.dilation[1], p.kernel[1], p.stride[1]);
+  if (Ho < 0 || Wo < 0)
+    a.fail("kernel " + shape_str({p.kernel[0], p.kernel[1]}) + " with dilation " +
+           shape_str({p.dilation[0], p.dilation[1]}) + " spans more than the padded input " +
+           shape_str({H + p.padding[0] + p.padding[2], W + p.padding[1] + p.padding[3]}));
+  r.out.shape = {N, C, Ho, Wo};
+}
+
 void gather(const Args& a, InferredNode& r) {
   const auto& x = a.x(0);
   const auto& idx = a.x(1);
@@ -1169,6 +1220,23 @@ std::vector<OpSpec> build_table() {
           {param("stride", Kind::Pair).range(1).def(1), param("padding", Kind::Padding).range(0).def(0),
            param("dilation", Kind::Pair).range(1).def(1), param("groups", Kind::Int).range(1).def(1)},
           {out("y", OutDtype::Like, "[N, O, H', W']")}, BP_PARAMS_CONV2D, conv2d);
+  for (const char* n : {"max_pool2d", "avg_pool2d"}) {
+    const bool avg = std::string(n) == "avg_pool2d";
+    std::vector<ParamSpec> ps = {param("kernel_size", Kind::Pair).range(1),
+                                 param("stride", Kind::Pair).range(1).optional("kernel_size"),
+                                 param("padding", Kind::Padding).range(0).def(0),
+                                 param("dilation", Kind::Pair).range(1).def(1),
+                                 param("ceil_mode", Kind::Bool).def(false)};
+    if (avg) ps.push_back(param("count_include_pad", Kind::Bool).def(true));
+    general(n, kLinalg,
+            avg ? "the mean of each kH x kW window (dilated) of each plane; divisor: the window's positions inside "
+                  "the padded input with count_include_pad, else inside x (0 gives NaN); H' as max_pool2d's"
+                : "the largest element of each kH x kW window (dilated) of each plane; padding is -inf, NaN "
+                  "propagates; H' = floor (ceil with ceil_mode) of (H + top + bottom - dilation·(kH - 1) - 1) / "
+                  "stride, + 1; with ceil_mode a last window starting past H + top is dropped",
+            {input("x", kFloat).of_rank(4, "[N, C, H, W]")}, std::move(ps),
+            {out("y", OutDtype::Like, "[N, C, H', W']")}, BP_PARAMS_POOL2D, pool2d);
+  }
   general("gather", kLinalg,
           "y[i][j]... = x[...][index[i][j]...][...] along dim (torch.gather, ONNX GatherElements); negative "
           "indices count from the end, out of range is an error for the run",

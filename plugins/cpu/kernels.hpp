@@ -36,6 +36,7 @@ Isa isa();
 void register_elementwise(sdk::KernelTable& t);
 void register_reduce(sdk::KernelTable& t);
 void register_linalg(sdk::KernelTable& t);
+void register_pool(sdk::KernelTable& t);
 void register_index(sdk::KernelTable& t);
 void register_scan(sdk::KernelTable& t);
 

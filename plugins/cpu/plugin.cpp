@@ -97,6 +97,7 @@ const sdk::KernelTable& table() {
     register_elementwise(k);
     register_reduce(k);
     register_linalg(k);
+    register_pool(k);
     register_index(k);
     register_scan(k);
     return k;

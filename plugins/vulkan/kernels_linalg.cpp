@@ -1,5 +1,6 @@
-// matmul (strided A and B, tiled in shared memory) and conv2d (an implicit
-// GEMM per group on dense NCHW input and OIHW weights, same tiling).
+// matmul (strided A and B, tiled in shared memory), conv2d (an implicit
+// GEMM per group on dense NCHW input and OIHW weights, same tiling) and
+// max_pool2d / avg_pool2d (one invocation per output, strided input).
 #include "kernels.hpp"
 
 namespace bpvk {
@@ -121,12 +122,54 @@ void conv2d_impl(Call& c) {
   c.dev.exec.dispatch(p, bs, a.w, static_cast<uint32_t>(total), 0, groups, c.op());
 }
 
+// max_pool2d (code 0) and avg_pool2d (code 1): shaders/pool2d.comp.
+void pool2d_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bool avg = c.row.code == 1;
+  const bp_layout &xl = c.lin(0), &ol = c.lout();
+  const auto& p = c.params_of(BP_PARAMS_POOL2D).u.pool2d;
+  BPVK_CHECK(xl.rank == 4 && ol.rank == 4 && ol.shape[0] == xl.shape[0] && ol.shape[1] == xl.shape[1],
+             BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": x and output must be 4-D, [N, C, ...] alike");
+  BPVK_CHECK(p.kernel[0] >= 1 && p.kernel[1] >= 1 && p.stride[0] >= 1 && p.stride[1] >= 1 && p.dilation[0] >= 1 &&
+                 p.dilation[1] >= 1 && p.padding[0] >= 0 && p.padding[1] >= 0 && p.padding[2] >= 0 && p.padding[3] >= 0,
+             BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": bad pooling params");
+  const int64_t total = numel(ol);
+  if (total == 0) return;
+  const int64_t H = xl.shape[2], W = xl.shape[3];
+  const int64_t pt = p.padding[0], pl = p.padding[1], pb = p.padding[2], pr = p.padding[3];
+  Operand x = bind(c, c.in[0], xl, d, false);
+  Operand o = bind_dense(c, c.out[0], total, d, true);
+  Args a;  // i32() refuses anything past int32 (window positions of a huge padded input)
+  for (int64_t v : {xl.shape[1], H, W, ol.shape[2], ol.shape[3], int64_t{p.kernel[0]}, int64_t{p.kernel[1]},
+                    int64_t{p.stride[0]}, int64_t{p.stride[1]}, pt, pl, int64_t{p.dilation[0]}, int64_t{p.dilation[1]}})
+    a.i32(v);
+  // The divisor's region in padded coordinates.
+  const bool pad_counts = avg && p.count_include_pad;
+  a.i32(pad_counts ? 0 : pt);
+  a.i32(pad_counts ? H + pt + pb : H + pt);
+  a.i32(pad_counts ? 0 : pl);
+  a.i32(pad_counts ? W + pl + pr : W + pl);
+  a.i32(x.offset);
+  for (int i = 0; i < 4; ++i) a.i32(xl.strides[i]);
+  a.i32(o.offset);
+  // Window positions (oh·stride + (k - 1)·dilation) must fit int32 in the shader.
+  BPVK_CHECK(total < (int64_t{1} << 31) &&
+                 (ol.shape[2] - 1) * p.stride[0] + (int64_t{p.kernel[0]} - 1) * p.dilation[0] < (int64_t{1} << 31) &&
+                 (ol.shape[3] - 1) * p.stride[1] + (int64_t{p.kernel[1]} - 1) * p.dilation[1] < (int64_t{1} << 31),
+             BP_ERR_UNIMPLEMENTED, std::string(c.op()) + ": more than 2^31 outputs or window positions");
+  const Pipeline& pl_ = c.dev.pipelines.get(shader("pool2d", d) + (avg ? "_avg" : "_max"), {}, 2);
+  const Binding bs[] = {x.binding, o.binding};
+  c.dev.exec.dispatch(pl_, bs, a.w, static_cast<uint32_t>(total), 0, ceil_div(static_cast<uint64_t>(total), 256), c.op());
+}
+
 }  // namespace
 
 void register_linalg(Registry& r) {
   const bp_dtype floats[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64};
   for (bp_dtype d : floats) r.add("matmul", {d, d, d}, {S, S}, matmul_impl);
   for (bp_dtype d : floats) r.add("conv2d", {d, d, d, d}, {C, C, C}, conv2d_impl);
+  for (bp_dtype d : floats) r.add("max_pool2d", {d, d}, {S}, pool2d_impl, 0);
+  for (bp_dtype d : floats) r.add("avg_pool2d", {d, d}, {S}, pool2d_impl, 1);
 }
 
 }  // namespace bpvk

@@ -1,5 +1,5 @@
 // Cases for linear algebra, convolution and indexing: matmul, conv2d,
-// gather, index_select, concat.
+// max_pool2d, avg_pool2d, gather, index_select, concat.
 #include "conformance/cases.hpp"
 
 namespace backplane::conformance {
@@ -85,6 +85,73 @@ void conv2d_cases(CaseContext& ctx) {
     InputSpec bias{"bias", d, {c.w[0]}, dot_fill()};
     bias.absent = !c.bias;
     s.inputs = {{"x", d, c.x, dot_fill()}, {"w", d, c.w, dot_fill()}, bias};
+    ctx.add(s);
+  }
+}
+
+// max_pool2d and avg_pool2d: the same windows (stride, padding of 1, 2 and
+// 4 values, dilation, ceil_mode with and without a dropped last window,
+// non-square kernels, N > 1, empty batches, windows wholly in padding);
+// avg alternates count_include_pad. max sees NaN, infinities and -0 and is
+// exact (it picks an element).
+void pool2d_cases(CaseContext& ctx) {
+  const KernelSpec& k = ctx.kernel;
+  const bool avg = k.op == "avg_pool2d";
+  require(k.declared_inputs() == 1 && k.in(0) == k.out() && is_float(k.out()), k,
+          k.op + " takes one float x and returns like x");
+  const bp_dtype d = k.out();
+  struct Pool {
+    Shape x;
+    Json params;
+  };
+  std::vector<Pool> list = {
+      {{2, 3, 8, 9}, {{"kernel_size", 2}}},  // stride absent: the kernel size
+      {{1, 2, 7, 7}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
+      {{1, 2, 7, 7}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true}}},
+      {{2, 2, 6, 7}, {{"kernel_size", {2, 3}}, {"stride", {1, 2}}}},
+      {{1, 3, 9, 8}, {{"kernel_size", 3}, {"stride", 2}, {"padding", {0, 1, 2, 1}}}},  // top, left, bottom, right
+      {{1, 2, 9, 10}, {{"kernel_size", {2, 3}}, {"stride", 1}, {"dilation", {2, 1}}, {"padding", {1, 0}}}},
+      {{1, 2, 5, 5}, {{"kernel_size", 2}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true}}},  // last window dropped
+      {{1, 2, 6, 6}, {{"kernel_size", 3}, {"stride", 2}, {"ceil_mode", true}}},  // last window hangs over
+      {{2, 1, 7, 6}, {{"kernel_size", {3, 2}}, {"stride", {2, 3}}, {"padding", {1, 0, 1, 1}}, {"dilation", {1, 2}}, {"ceil_mode", true}}},
+      {{3, 2, 4, 5}, {{"kernel_size", 1}, {"stride", 1}}},
+      {{0, 2, 5, 5}, {{"kernel_size", 2}}},
+      {{1, 1, 1, 1}, {{"kernel_size", 1}}},
+      {{2, 4, 7, 7}, {{"kernel_size", 7}}},  // global pooling
+      {{1, 1, 3, 3}, {{"kernel_size", 2}, {"stride", 1}, {"padding", 2}}},  // windows wholly in padding
+  };
+  if (ctx.large) {
+    list.push_back({{2, 16, 32, 32}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}});  // ResNet's stem
+    list.push_back({{1, 8, 64, 64}, {{"kernel_size", 2}, {"stride", 2}}});
+    list.push_back({{1, 4, 300, 13}, {{"kernel_size", {3, 3}}, {"stride", 1}, {"padding", 1}}});  // several row blocks
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    OpSpec s;
+    s.op = k.op;
+    s.params = list[i].params;
+    if (avg && i % 2 == 1) s.params["count_include_pad"] = false;
+    s.tol = avg ? TolClass::Compound : TolClass::Exact;
+    const Fill f = avg ? dot_fill() : with_specials(fill_uniform(-10, 10), {kNaN, kInf, -kInf, -0.0, 0.0}, 0.04);
+    s.inputs = {{"x", d, list[i].x, f}};
+    ctx.add(s);
+  }
+  if (!avg) {
+    // Ties and signed zeros: windows of -0 and 0 (either may be picked; the
+    // sign of a zero is not compared) and equal values.
+    OpSpec s;
+    s.op = k.op;
+    s.params = {{"kernel_size", 2}, {"stride", 1}};
+    s.tol = TolClass::Exact;
+    s.inputs = {{"x", d, {1, 2, 5, 6}, fill_discrete({-0.0, 0.0, -1.0, 1.0})}};
+    ctx.add(s);
+  } else {
+    // Values that do not cancel to ~0 are dot_fill's; here infinities pass
+    // through a mean (inf, -inf, and NaN where both meet).
+    OpSpec s;
+    s.op = k.op;
+    s.params = {{"kernel_size", 2}, {"stride", 2}, {"padding", 1}};
+    s.tol = TolClass::Compound;
+    s.inputs = {{"x", d, {1, 2, 6, 6}, with_specials(dot_fill(), {kNaN, kInf, -kInf}, 0.05)}};
     ctx.add(s);
   }
 }
@@ -182,6 +249,8 @@ void concat_cases(CaseContext& ctx) {
 void register_linalg_cases() {
   register_op_cases("matmul", matmul_cases);
   register_op_cases("conv2d", conv2d_cases);
+  register_op_cases("max_pool2d", pool2d_cases);
+  register_op_cases("avg_pool2d", pool2d_cases);
   register_op_cases("gather", gather_cases);
   register_op_cases("index_select", index_select_cases);
   register_op_cases("concat", concat_cases);

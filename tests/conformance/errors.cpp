@@ -72,7 +72,8 @@ void unknown_param_case(std::vector<ErrorCase>& out, const KernelInfo& k) {
       {"cumsum", {{"dim", 0}}},   {"gather", {{"dim", 0}}},  {"index_select", {{"dim", 0}}}, {"concat", {{"dim", 0}}},
       {"layer_norm", {{"dims", {-1}}}}, {"topk", {{"k", 1}}}, {"cast", {{"dtype", "f32"}}}};
   const std::string& op = k.op;
-  if (op == "matmul" || op == "conv2d" || op == "selective_scan") return;  // shapes of their own; covered below
+  if (op == "matmul" || op == "conv2d" || op == "selective_scan" || op == "max_pool2d" || op == "avg_pool2d")
+    return;  // shapes of their own; covered below
   if (op.find('.') != std::string::npos) return;  // vendor ops police their own params
   Json p = required.count(op) ? required.at(op) : Json::object();
   if (op == "cast") p["dtype"] = std::string(dtype_name(k.dtypes.back()));
@@ -419,6 +420,54 @@ std::vector<ErrorCase> error_cases_for(const std::vector<KernelInfo>& ks) {
         .node("bad_conv", "conv2d", {"x", "w", ""}, {{"padding", {1, 1, 1}}})
         .output("bad_conv")
         .mention({"bad_conv", "conv2d"})
+        .done();
+  }
+  for (const char* pool : {"max_pool2d", "avg_pool2d"}) {
+    const KernelInfo* k = pick(ks, pool);
+    if (!k) continue;
+    const bp_dtype d = float_of(k);
+    const std::string op = pool;
+    // Each: params (or x) that inference must refuse, and a word the message must hold.
+    struct Bad {
+      const char* label;
+      Shape x;
+      Json params;
+      const char* says;
+    };
+    std::vector<Bad> bad = {
+        {"kernel_size missing", {1, 1, 4, 4}, {{"stride", 1}}, "kernel_size"},
+        {"kernel_size 0", {1, 1, 4, 4}, {{"kernel_size", 0}}, "kernel_size"},
+        {"kernel_size with 3 values", {1, 1, 4, 4}, {{"kernel_size", {2, 2, 2}}}, "kernel_size"},
+        {"stride 0", {1, 1, 4, 4}, {{"kernel_size", 2}, {"stride", {1, 0}}}, "stride"},
+        {"negative padding", {1, 1, 4, 4}, {{"kernel_size", 2}, {"padding", -1}}, "padding"},
+        {"padding with 3 values", {1, 1, 4, 4}, {{"kernel_size", 2}, {"padding", {1, 1, 1}}}, "padding"},
+        {"dilation 0", {1, 1, 4, 4}, {{"kernel_size", 2}, {"dilation", 0}}, "dilation"},
+        {"kernel beyond int32", {1, 1, 4, 4}, {{"kernel_size", int64_t{1} << 31}}, "int32"},
+        {"padding beyond int32", {1, 1, 4, 4}, {{"kernel_size", 2}, {"padding", {0, int64_t{1} << 31}}}, "int32"},
+        {"kernel span larger than the padded input", {1, 1, 4, 5}, {{"kernel_size", {2, 3}}, {"dilation", 4}, {"padding", {0, 1}}},
+         "padded input"},
+        {"ceil_mode that is not a bool", {1, 1, 4, 4}, {{"kernel_size", 2}, {"ceil_mode", 1}}, "ceil_mode"},
+        {"x of rank 3", {1, 4, 4}, {{"kernel_size", 2}}, "rank"},
+        {"unknown param", {1, 1, 4, 4}, {{"kernel_size", 2}, {"no_such_param", 1}}, "no_such_param"},
+    };
+    if (op == "max_pool2d")
+      bad.push_back({"count_include_pad (avg_pool2d's only)", {1, 1, 4, 4}, {{"kernel_size", 2}, {"count_include_pad", true}},
+                     "count_include_pad"});
+    else
+      bad.push_back({"count_include_pad that is not a bool", {1, 1, 4, 4}, {{"kernel_size", 2}, {"count_include_pad", 0}},
+                     "count_include_pad"});
+    for (const auto& b : bad)
+      Builder(&out, op, k, b.label)
+          .input("x", tensor(d, b.x, {}))
+          .node("bad_pool", op, {"x"}, b.params)
+          .output("bad_pool")
+          .mention({"bad_pool", op, b.says})
+          .done();
+    Builder(&out, op, k, "an integer x")
+        .input("x", tensor(BP_DTYPE_I32, {1, 1, 4, 4}, {}))
+        .node("bad_pool", op, {"x"}, {{"kernel_size", 2}})
+        .output("bad_pool")
+        .mention({"bad_pool", op, "float"})
         .done();
   }
   if (auto k = pick(ks, "layer_norm")) {

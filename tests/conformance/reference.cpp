@@ -826,6 +826,66 @@ std::vector<RefTensor> ref_conv2d(const HostTensor& x, const HostTensor& w, cons
   return {out};
 }
 
+// max_pool2d / avg_pool2d, straight from docs/ops.md: window positions in
+// padded coordinates, H' with ceil_mode's rounding and its dropped last
+// window, max over the positions inside x (-inf for none, NaN if any is
+// NaN), avg = sum over x's positions / the positions counted.
+std::vector<RefTensor> ref_pool2d(const std::string& op, const HostTensor& x, const Json& p) {
+  if (x.shape.size() != 4) bad(op, "x must be rank 4");
+  if (!has(p, "kernel_size")) bad(op, "kernel_size is required");
+  const auto k = pair_param(p, "kernel_size", 1);
+  const auto stride = has(p, "stride") ? pair_param(p, "stride", 1) : k;
+  const auto dil = pair_param(p, "dilation", 1);
+  std::vector<int64_t> pad = {0, 0, 0, 0};  // top, left, bottom, right
+  if (has(p, "padding")) {
+    auto v = p_ints(p, "padding").value();
+    if (v.size() == 1) pad = {v[0], v[0], v[0], v[0]};
+    else if (v.size() == 2) pad = {v[0], v[1], v[0], v[1]};
+    else if (v.size() == 4) pad = v;
+    else bad(op, "padding takes 1, 2 or 4 values");
+  }
+  const bool ceil_mode = p_bool(p, "ceil_mode", false);
+  const bool avg = op == "avg_pool2d";
+  const bool include_pad = avg && p_bool(p, "count_include_pad", true);
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  const int64_t in[2] = {H, W};
+  int64_t out_hw[2];
+  for (int d = 0; d < 2; ++d) {
+    const int64_t padded = in[d] + pad[d] + pad[d + 2];
+    const int64_t span = dil[d] * (k[d] - 1) + 1;
+    if (k[d] < 1 || stride[d] < 1 || dil[d] < 1 || padded < span) bad(op, "bad window");
+    const int64_t q = padded - span;
+    int64_t n = (ceil_mode ? (q + stride[d] - 1) / stride[d] : q / stride[d]) + 1;
+    if (ceil_mode && (n - 1) * stride[d] >= in[d] + pad[d]) --n;
+    out_hw[d] = n;
+  }
+  RefTensor out(x.dtype, {N, C, out_hw[0], out_hw[1]});
+  const int64_t ph = H + pad[0] + pad[2], pw = W + pad[1] + pad[3];
+  for (MultiIndex m(out.shape); m; ++m) {
+    const int64_t n = m[0], c = m[1], oh = m[2], ow = m[3];
+    double best = -std::numeric_limits<double>::infinity(), sum = 0;
+    bool nan = false;
+    int64_t count = 0;
+    for (int64_t i = 0; i < k[0]; ++i) {
+      const int64_t r = oh * stride[0] + i * dil[0];  // in the padded input
+      for (int64_t j = 0; j < k[1]; ++j) {
+        const int64_t q = ow * stride[1] + j * dil[1];
+        const int64_t ih = r - pad[0], iw = q - pad[1];
+        const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+        if (include_pad ? (r < ph && q < pw) : inside) ++count;
+        if (!inside) continue;
+        const double v = load_f64(x, ((n * C + c) * H + ih) * W + iw);
+        if (std::isnan(v)) nan = true;
+        if (v > best) best = v;
+        sum += v;
+      }
+    }
+    if (avg) out.set(m.flat(), count == 0 ? std::numeric_limits<double>::quiet_NaN() : sum / static_cast<double>(count));
+    else out.set(m.flat(), nan ? std::numeric_limits<double>::quiet_NaN() : best);
+  }
+  return {out};
+}
+
 int64_t checked_index(const std::string& op, int64_t j, int64_t size) {
   const int64_t r = j < 0 ? j + size : j;
   if (r < 0 || r >= size)
@@ -1174,6 +1234,7 @@ std::vector<RefTensor> reference(const std::string& op, const std::vector<const 
     return ref_layer_norm(need(op, in, 0), in.size() > 1 ? in[1] : nullptr, in.size() > 2 ? in[2] : nullptr, p);
   if (op == "matmul") return ref_matmul(need(op, in, 0), need(op, in, 1));
   if (op == "conv2d") return ref_conv2d(need(op, in, 0), need(op, in, 1), in.size() > 2 ? in[2] : nullptr, p);
+  if (op == "max_pool2d" || op == "avg_pool2d") return ref_pool2d(op, need(op, in, 0), p);
   if (op == "gather") return ref_gather(need(op, in, 0), need(op, in, 1), p);
   if (op == "index_select") return ref_index_select(need(op, in, 0), need(op, in, 1), p);
   if (op == "concat") return ref_concat(in, p);
@@ -1189,7 +1250,7 @@ const std::vector<std::string>& reference_ops() {
       "ceil", "round", "relu", "sigmoid", "silu", "softplus", "gelu", "clamp", "affine", "add", "sub", "mul", "div",
       "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge", "where", "cast", "reshape", "permute",
       "transpose", "broadcast_to", "slice", "squeeze", "unsqueeze", "contiguous", "sum", "mean", "prod", "max", "min",
-      "argmax", "argmin", "softmax", "log_softmax", "cumsum", "layer_norm", "matmul", "conv2d", "gather",
+      "argmax", "argmin", "softmax", "log_softmax", "cumsum", "layer_norm", "matmul", "conv2d", "max_pool2d", "avg_pool2d", "gather",
       "index_select", "concat", "topk", "var_mean", "selective_scan"};
   return ops;
 }

@@ -39,6 +39,36 @@ def bf16_value(bits):
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
+def pool2d(x, k, s, pad, dil=(1, 1), ceil=False, avg=False, include_pad=True):
+    """max_pool2d / avg_pool2d as docs/ops.md says, window by window in float64."""
+    n_, c_, h, w = x.shape
+    size = []
+    for d, (n, p0, p1) in enumerate(((h, pad[0], pad[2]), (w, pad[1], pad[3]))):
+        q = n + p0 + p1 - dil[d] * (k[d] - 1) - 1
+        o = (-(-q // s[d]) if ceil else q // s[d]) + 1
+        if ceil and (o - 1) * s[d] >= n + p0:
+            o -= 1
+        size.append(o)
+    y = np.empty((n_, c_, size[0], size[1]))
+    xd = x.astype(np.float64)
+    for oh in range(size[0]):
+        for ow in range(size[1]):
+            rows = [oh * s[0] + i * dil[0] for i in range(k[0])]  # padded coordinates
+            cols = [ow * s[1] + j * dil[1] for j in range(k[1])]
+            rin = [r - pad[0] for r in rows if 0 <= r - pad[0] < h]
+            cin = [c - pad[1] for c in cols if 0 <= c - pad[1] < w]
+            win = xd[:, :, rin][:, :, :, cin]
+            if not avg:
+                y[:, :, oh, ow] = win.max(axis=(2, 3)) if rin and cin else -np.inf
+            else:
+                if include_pad:
+                    cnt = sum(r < h + pad[0] + pad[2] for r in rows) * sum(c < w + pad[1] + pad[3] for c in cols)
+                else:
+                    cnt = len(rin) * len(cin)
+                y[:, :, oh, ow] = win.sum(axis=(2, 3)) / cnt
+    return y
+
+
 def cases():
     a, b = f32(4, 1, 3), f32(5, 1)
     yield "broadcast", {"a": a, "b": b}, {
@@ -97,6 +127,24 @@ def cases():
         "nodes": [{"name": "f", "op": "cast", "inputs": ["h"], "params": {"dtype": "f32"}},
                   {"name": "s", "op": "sum", "inputs": ["f"], "params": {"dims": [0]}}],
         "outputs": ["f", "s"]}, {"f": bf16_value(bits), "s": bf16_value(bits).astype(np.float64).sum(0)}, 1e-4
+
+    # A CNN's pooling (ResNet's stem, then a ceil_mode average with uneven
+    # padding that leaves padding out of the divisor).
+    x = f32(2, 3, 9, 10)
+    m = pool2d(x, (3, 3), (2, 2), (1, 1, 1, 1))
+    a = pool2d(m, (2, 3), (2, 2), (0, 1, 1, 0), ceil=True, avg=True, include_pad=False)
+    d = pool2d(x, (2, 2), (1, 3), (1, 0, 0, 2), dil=(2, 1), ceil=True, avg=True)
+    yield "pool2d", {"x": x}, {
+        "inputs": {"x": "x.npy"},
+        "nodes": [{"name": "m", "op": "max_pool2d", "inputs": ["x"],
+                   "params": {"kernel_size": 3, "stride": 2, "padding": 1}},
+                  {"name": "a", "op": "avg_pool2d", "inputs": ["m"],
+                   "params": {"kernel_size": [2, 3], "stride": 2, "padding": [0, 1, 1, 0], "ceil_mode": True,
+                              "count_include_pad": False}},
+                  {"name": "d", "op": "avg_pool2d", "inputs": ["x"],
+                   "params": {"kernel_size": 2, "stride": [1, 3], "padding": [1, 0, 0, 2], "dilation": [2, 1],
+                              "ceil_mode": True}}],
+        "outputs": ["m", "a", "d"]}, {"m": m, "a": a, "d": d}, 1e-4
 
 
 def devices(backplane):

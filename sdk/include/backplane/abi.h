@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_VERSION_MAJOR 1
-#define BP_ABI_VERSION_MINOR 4
+#define BP_ABI_VERSION_MINOR 5
 
 /* The one symbol every plugin exports (see bp_plugin_entry_fn). */
 #define BP_PLUGIN_ENTRY_SYMBOL "backplane_plugin_entry"
@@ -149,7 +149,8 @@ typedef enum bp_params_kind {
   BP_PARAMS_TOPK = 10,
   BP_PARAMS_VAR_MEAN = 11,
   BP_PARAMS_SELECTIVE_SCAN = 12,
-  BP_PARAMS_CUSTOM = 13 /* vendor ops: the graph's params as JSON text */
+  BP_PARAMS_CUSTOM = 13, /* vendor ops: the graph's params as JSON text */
+  BP_PARAMS_POOL2D = 14  /* ABI 1.5: max_pool2d avg_pool2d */
 } bp_params_kind;
 
 /* All dims below are already normalised by the host: 0 <= dim < rank of the
@@ -222,6 +223,19 @@ typedef struct bp_selective_scan_params {
   bool delta_softplus;
 } bp_selective_scan_params;
 
+/* ABI 1.5. Every value fits int32 (the host refuses others); the output's
+ * H' and W' were computed by the host (ceil_mode applied, a last window that
+ * would start in the bottom/right padding dropped). count_include_pad is
+ * false for max_pool2d. */
+typedef struct bp_pool2d_params {
+  int32_t kernel[2];
+  int32_t stride[2];
+  int32_t padding[4]; /* top, left, bottom, right */
+  int32_t dilation[2];
+  bool ceil_mode;
+  bool count_include_pad; /* avg_pool2d: the divisor counts padding positions */
+} bp_pool2d_params;
+
 typedef struct bp_custom_params {
   bp_string json; /* the node's "params" object as JSON text */
 } bp_custom_params;
@@ -243,6 +257,7 @@ typedef struct bp_op_params {
     bp_var_mean_params var_mean;
     bp_selective_scan_params selective_scan;
     bp_custom_params custom;
+    bp_pool2d_params pool2d; /* ABI 1.5 */
   } u;
 } bp_op_params;
 

@@ -1,0 +1,175 @@
+// max_pool2d and avg_pool2d (float dtypes; x strided, any strides).
+//
+// Each of x's N·C planes is one task of the host's parallel_for. A block of
+// output rows at a time, the input rows its windows reach are copied into a
+// padded buffer of the compute type (f16/bf16 widen to f32, so they
+// accumulate in f32), the padding (and a ceil_mode window's overhang)
+// holding -inf for max and 0 for avg. The window is then reduced in two separable passes, along each
+// row (tmp[r][ow] over kw) and down the columns (y[oh][ow] over kh), so a
+// kH x kW window costs kH + kW operations per output and every inner loop
+// runs over consecutive output columns with no bounds checks (vectorisable;
+// at stride 1 its loads are consecutive too).
+//
+// max: NaN propagates (a window holding one gives NaN); an all-padding
+// window gives -inf. avg: the divisor is a product of the window's row and
+// column counts inside the padded input (count_include_pad) or inside x; a
+// window with none divides 0 by 0 (NaN).
+#include "kernels.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace backplane::cpu {
+namespace {
+
+template <class A> struct MaxOp {
+  static A pad() { return -std::numeric_limits<A>::infinity(); }
+  // NaN wins: once acc is NaN, v > acc is false and v != v too.
+  static A step(A acc, A v) { return (v > acc || v != v) ? v : acc; }
+};
+template <class A> struct SumOp {
+  static A pad() { return A(0); }
+  static A step(A acc, A v) { return acc + v; }
+};
+
+// Positions k in [0, n) with start + k * dil inside [lo, hi).
+inline int64_t count_inside(int64_t start, int64_t n, int64_t dil, int64_t lo, int64_t hi) {
+  int64_t c = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t r = start + k * dil;
+    c += r >= lo && r < hi;
+  }
+  return c;
+}
+
+template <bp_dtype D, bool kAvg> struct Pool2dK {
+  static void impl(const Call& c) {
+    c.expect(1, BP_PARAMS_POOL2D);
+    using T = st_t<D>;
+    using A = comp_t<T>;  // f32 for f32/f16/bf16, f64 for f64
+    using Op = std::conditional_t<kAvg, SumOp<A>, MaxOp<A>>;
+    const bp_pool2d_params& p = c.params->u.pool2d;
+    const bp_layout& lx = c.in_layout(0);
+    const bp_layout& lo = c.out_layout();
+    BP_CPU_CHECK(lx.rank == 4 && lo.rank == 4, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": x and the output must be 4-D");
+    const int64_t N = lx.shape[0], C = lx.shape[1], H = lx.shape[2], W = lx.shape[3];
+    const int64_t kh = p.kernel[0], kw = p.kernel[1], sh = p.stride[0], sw = p.stride[1];
+    const int64_t dh = p.dilation[0], dw = p.dilation[1];
+    const int64_t pt = p.padding[0], pl = p.padding[1], pb = p.padding[2], pr = p.padding[3];
+    BP_CPU_CHECK(kh >= 1 && kw >= 1 && sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1 && pt >= 0 && pl >= 0 && pb >= 0 && pr >= 0,
+                 BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": bad pooling params");
+    const int64_t OH = lo.shape[2], OW = lo.shape[3];
+    BP_CPU_CHECK(lo.shape[0] == N && lo.shape[1] == C && OH >= 0 && OW >= 0, BP_ERR_INVALID_ARGUMENT,
+                 std::string(c.op) + ": output " + dims_str(lo) + " does not match x " + dims_str(lx));
+    if (sdk::numel(lo) == 0) return;
+    // Rows and columns of the padded plane the windows reach (past the
+    // bottom/right padding for a ceil_mode window, short of it when the
+    // last rows are never reached).
+    const int64_t RH = (OH - 1) * sh + (kh - 1) * dh + 1, RW = (OW - 1) * sw + (kw - 1) * dw + 1;
+    // The divisor of each output row and column (avg).
+    std::vector<A> cnt_h, cnt_w;
+    if constexpr (kAvg) {
+      const int64_t hi_h = p.count_include_pad ? H + pt + pb : pt + H, lo_h = p.count_include_pad ? 0 : pt;
+      const int64_t hi_w = p.count_include_pad ? W + pl + pr : pl + W, lo_w = p.count_include_pad ? 0 : pl;
+      cnt_h.resize(static_cast<size_t>(OH));
+      cnt_w.resize(static_cast<size_t>(OW));
+      for (int64_t o = 0; o < OH; ++o) cnt_h[static_cast<size_t>(o)] = static_cast<A>(count_inside(o * sh, kh, dh, lo_h, hi_h));
+      for (int64_t o = 0; o < OW; ++o) cnt_w[static_cast<size_t>(o)] = static_cast<A>(count_inside(o * sw, kw, dw, lo_w, hi_w));
+    }
+    const T* x = c.in_data<T>(0);
+    T* y = c.out_data<T>();
+    const int64_t xs0 = lx.strides[0], xs1 = lx.strides[1], xs2 = lx.strides[2], xs3 = lx.strides[3];
+    // Output rows are taken in blocks whose padded input rows fit ~64K
+    // elements (the rows a window spans at least), so the buffers stay in
+    // cache and never grow with the plane.
+    const int64_t span_h = (kh - 1) * dh + 1;
+    const int64_t bh = std::clamp<int64_t>(((int64_t{1} << 16) / RW - span_h) / sh + 1, 1, OH);
+    const int64_t rows_max = (bh - 1) * sh + span_h;
+    const int64_t plane_cost = RH * RW + RH * OW * kw + OH * OW * kh;
+    pfor(c, N * C, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, plane_cost)), [&](int64_t b, int64_t e) {
+      std::vector<A> buf(static_cast<size_t>(rows_max * RW)), tmp(static_cast<size_t>(rows_max * OW));
+      const A padv = Op::pad();
+      const int64_t c0 = std::min(pl, RW), c1 = std::min(pl + W, RW);  // x's columns land in [c0, c1)
+      for (int64_t pc = b; pc < e; ++pc) {
+        const int64_t n = pc / C, ch = pc % C;
+        const int64_t base = lx.offset + n * xs0 + ch * xs1;  // element (n, ch, 0, 0) of x
+        T* out = y + pc * OH * OW;
+        for (int64_t oh0 = 0; oh0 < OH; oh0 += bh) {
+          const int64_t oh1 = std::min(OH, oh0 + bh);
+          const int64_t r0 = oh0 * sh, nr = (oh1 - 1 - oh0) * sh + span_h;  // padded rows [r0, r0 + nr)
+          // The padded rows.
+          for (int64_t j = 0; j < nr; ++j) {
+            A* dst = buf.data() + j * RW;
+            const int64_t ih = r0 + j - pt;
+            if (ih < 0 || ih >= H) {
+              std::fill(dst, dst + RW, padv);
+              continue;
+            }
+            std::fill(dst, dst + c0, padv);
+            const int64_t row = base + ih * xs2;  // x[n, ch, ih, col - pl] at row + (col - pl)·xs3
+            if (xs3 == 1) {
+              const T* xr = x + row;
+              for (int64_t col = c0; col < c1; ++col) dst[col] = ld(xr[col - pl]);
+            } else {
+              for (int64_t col = c0; col < c1; ++col) dst[col] = ld(x[row + (col - pl) * xs3]);
+            }
+            std::fill(dst + c1, dst + RW, padv);
+          }
+          // Along the rows: tmp[j][ow] = op over kw of buf[j][ow·sw + kw·dw].
+          for (int64_t j = 0; j < nr; ++j) {
+            const A* in = buf.data() + j * RW;
+            A* t = tmp.data() + j * OW;
+            if (sw == 1) {
+              for (int64_t ow = 0; ow < OW; ++ow) t[ow] = in[ow];
+              for (int64_t k = 1; k < kw; ++k) {
+                const A* ink = in + k * dw;
+                for (int64_t ow = 0; ow < OW; ++ow) t[ow] = Op::step(t[ow], ink[ow]);
+              }
+            } else {
+              for (int64_t ow = 0; ow < OW; ++ow) t[ow] = in[ow * sw];
+              for (int64_t k = 1; k < kw; ++k) {
+                const A* ink = in + k * dw;
+                for (int64_t ow = 0; ow < OW; ++ow) t[ow] = Op::step(t[ow], ink[ow * sw]);
+              }
+            }
+          }
+          // Down the columns, into the (dense) output plane.
+          A acc[256];
+          for (int64_t oh = oh0; oh < oh1; ++oh) {
+            const A* t0 = tmp.data() + (oh - oh0) * sh * OW;
+            for (int64_t ow0 = 0; ow0 < OW; ow0 += 256) {
+              const int64_t m = std::min<int64_t>(256, OW - ow0);
+              for (int64_t i = 0; i < m; ++i) acc[i] = t0[ow0 + i];
+              for (int64_t k = 1; k < kh; ++k) {
+                const A* tk = t0 + k * dh * OW + ow0;
+                for (int64_t i = 0; i < m; ++i) acc[i] = Op::step(acc[i], tk[i]);
+              }
+              T* o = out + oh * OW + ow0;
+              if constexpr (kAvg) {
+                const A nh = cnt_h[static_cast<size_t>(oh)];
+                const A* nw = cnt_w.data() + ow0;
+                for (int64_t i = 0; i < m; ++i) o[i] = st<T>(acc[i] / (nh * nw[i]));
+              } else {
+                for (int64_t i = 0; i < m; ++i) o[i] = st<T>(acc[i]);
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+};
+
+template <bp_dtype D> using MaxPool2dK = Pool2dK<D, false>;
+template <bp_dtype D> using AvgPool2dK = Pool2dK<D, true>;
+
+}  // namespace
+
+void register_pool(sdk::KernelTable& t) {
+  const auto k11 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d}; };
+  add_rows<MaxPool2dK, BP_CPU_FLOAT_DTYPES>(t, "max_pool2d", k11, {kStrided});
+  add_rows<AvgPool2dK, BP_CPU_FLOAT_DTYPES>(t, "avg_pool2d", k11, {kStrided});
+}
+
+}  // namespace backplane::cpu
