@@ -32,13 +32,14 @@ const char* const kWords[] = {
     "round", "relu", "sigmoid", "silu", "softplus", "gelu", "clamp", "affine", "cast", "add", "sub", "mul", "div",
     "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge", "where", "reshape", "permute", "transpose",
     "broadcast_to", "slice", "squeeze", "unsqueeze", "contiguous", "view", "view_owned", "sum", "prod", "max", "min",
-    "mean", "argmax", "argmin", "softmax", "log_softmax", "cumsum", "layer_norm", "matmul", "conv2d", "gather",
-    "index_select", "concat", "topk", "var_mean", "selective_scan", "partial.scale_shift", "partial.minmax",
-    "partial.norm_rows", "partial.first_half", "acme.op",
+    "mean", "argmax", "argmin", "softmax", "log_softmax", "cumsum", "layer_norm", "matmul", "conv2d", "max_pool2d",
+    "avg_pool2d", "gather", "index_select", "concat", "topk", "var_mean", "selective_scan", "partial.scale_shift",
+    "partial.minmax", "partial.norm_rows", "partial.first_half", "acme.op",
     // params
     "dims", "dim", "dim0", "dim1", "keepdim", "start", "end", "step", "k", "largest", "sorted", "approximate", "tanh",
     "none", "mul", "min", "max", "eps", "correction", "exclusive", "reverse", "select_last_index", "stride", "padding",
-    "dilation", "groups", "delta_softplus", "scale", "shift", "times",
+    "dilation", "groups", "kernel_size", "ceil_mode", "count_include_pad", "delta_softplus", "scale", "shift",
+    "times",
     // dtypes, devices
     "f32", "f16", "bf16", "f64", "i8", "i16", "i32", "i64", "u8", "bool", "cpu", "partial0", "vulkan0",
     // manifests
