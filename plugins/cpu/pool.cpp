@@ -8,7 +8,9 @@
 // row (tmp[r][ow] over kw) and down the columns (y[oh][ow] over kh), so a
 // kH x kW window costs kH + kW operations per output and every inner loop
 // runs over consecutive output columns with no bounds checks (vectorisable;
-// at stride 1 its loads are consecutive too).
+// at stride 1 its loads are consecutive too, at stride 2 evenly spaced). The
+// loops are compiled twice, for baseline x86-64 and for AVX2 (chosen by the
+// ISA picked at initialize).
 //
 // max: NaN propagates (a window holding one gives NaN); an all-padding
 // window gives -inf. avg: the divisor is a product of the window's row and
@@ -42,6 +44,111 @@ inline int64_t count_inside(int64_t start, int64_t n, int64_t dil, int64_t lo, i
   }
   return c;
 }
+
+// What one call's planes share.
+template <class A> struct Geom {
+  int64_t C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
+  int64_t xs0, xs1, xs2, xs3, offset;
+  int64_t RW, span_h, bh, rows_max;
+  const A* cnt_h;  // avg: the divisor's row and column factors
+  const A* cnt_w;
+};
+
+// Planes [b, e) of the call (always inlined into one function per ISA).
+template <class T, class A, class Op, bool kAvg>
+__attribute__((always_inline)) inline void run_planes(const Geom<A>& g, const T* x, T* y, int64_t b, int64_t e) {
+  const int64_t C = g.C, H = g.H, W = g.W, OH = g.OH, OW = g.OW, kh = g.kh, kw = g.kw, sh = g.sh, sw = g.sw;
+  const int64_t dh = g.dh, dw = g.dw, pt = g.pt, pl = g.pl, RW = g.RW, xs2 = g.xs2, xs3 = g.xs3;
+  std::vector<A> buf(static_cast<size_t>(g.rows_max * RW)), tmp(static_cast<size_t>(g.rows_max * OW));
+  const A padv = Op::pad();
+  const int64_t c0 = std::min(pl, RW), c1 = std::min(pl + W, RW);  // x's columns land in [c0, c1)
+  for (int64_t pc = b; pc < e; ++pc) {
+    const int64_t n = pc / C, ch = pc % C;
+    const int64_t base = g.offset + n * g.xs0 + ch * g.xs1;  // element (n, ch, 0, 0) of x
+    T* out = y + pc * OH * OW;
+    for (int64_t oh0 = 0; oh0 < OH; oh0 += g.bh) {
+      const int64_t oh1 = std::min(OH, oh0 + g.bh);
+      const int64_t r0 = oh0 * sh, nr = (oh1 - 1 - oh0) * sh + g.span_h;  // padded rows [r0, r0 + nr)
+      // The padded rows.
+      for (int64_t j = 0; j < nr; ++j) {
+        A* dst = buf.data() + j * RW;
+        const int64_t ih = r0 + j - pt;
+        if (ih < 0 || ih >= H) {
+          std::fill(dst, dst + RW, padv);
+          continue;
+        }
+        std::fill(dst, dst + c0, padv);
+        const int64_t row = base + ih * xs2;  // x[n, ch, ih, col - pl] at row + (col - pl)·xs3
+        if (xs3 == 1) {
+          const T* xr = x + row;
+          for (int64_t col = c0; col < c1; ++col) dst[col] = ld(xr[col - pl]);
+        } else {
+          for (int64_t col = c0; col < c1; ++col) dst[col] = ld(x[row + (col - pl) * xs3]);
+        }
+        std::fill(dst + c1, dst + RW, padv);
+      }
+      // Along the rows: tmp[j][ow] = op over kw of buf[j][ow·sw + kw·dw]
+      // (stride 1 and 2 with constant strides, so the loads vectorise).
+      for (int64_t j = 0; j < nr; ++j) {
+        const A* in = buf.data() + j * RW;
+        A* t = tmp.data() + j * OW;
+        if (sw == 1) {
+          for (int64_t ow = 0; ow < OW; ++ow) t[ow] = in[ow];
+          for (int64_t k = 1; k < kw; ++k) {
+            const A* ink = in + k * dw;
+            for (int64_t ow = 0; ow < OW; ++ow) t[ow] = Op::step(t[ow], ink[ow]);
+          }
+        } else if (sw == 2) {
+          for (int64_t ow = 0; ow < OW; ++ow) t[ow] = in[2 * ow];
+          for (int64_t k = 1; k < kw; ++k) {
+            const A* ink = in + k * dw;
+            for (int64_t ow = 0; ow < OW; ++ow) t[ow] = Op::step(t[ow], ink[2 * ow]);
+          }
+        } else {
+          for (int64_t ow = 0; ow < OW; ++ow) t[ow] = in[ow * sw];
+          for (int64_t k = 1; k < kw; ++k) {
+            const A* ink = in + k * dw;
+            for (int64_t ow = 0; ow < OW; ++ow) t[ow] = Op::step(t[ow], ink[ow * sw]);
+          }
+        }
+      }
+      // Down the columns, into the (dense) output plane.
+      A acc[256];
+      for (int64_t oh = oh0; oh < oh1; ++oh) {
+        const A* t0 = tmp.data() + (oh - oh0) * sh * OW;
+        for (int64_t ow0 = 0; ow0 < OW; ow0 += 256) {
+          const int64_t m = std::min<int64_t>(256, OW - ow0);
+          for (int64_t i = 0; i < m; ++i) acc[i] = t0[ow0 + i];
+          for (int64_t k = 1; k < kh; ++k) {
+            const A* tk = t0 + k * dh * OW + ow0;
+            for (int64_t i = 0; i < m; ++i) acc[i] = Op::step(acc[i], tk[i]);
+          }
+          T* o = out + oh * OW + ow0;
+          if constexpr (kAvg) {
+            const A nh = g.cnt_h[oh];
+            const A* nw = g.cnt_w + ow0;
+            for (int64_t i = 0; i < m; ++i) o[i] = st<T>(acc[i] / (nh * nw[i]));
+          } else {
+            for (int64_t i = 0; i < m; ++i) o[i] = st<T>(acc[i]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <class T, class A, class Op, bool kAvg>
+void run_planes_baseline(const Geom<A>& g, const T* x, T* y, int64_t b, int64_t e) {
+  run_planes<T, A, Op, kAvg>(g, x, y, b, e);
+}
+#if defined(__x86_64__)
+// The same loops with 256-bit vectors (the ISA picked at initialize is
+// avx2 or wider).
+template <class T, class A, class Op, bool kAvg>
+__attribute__((target("avx2"))) void run_planes_avx2(const Geom<A>& g, const T* x, T* y, int64_t b, int64_t e) {
+  run_planes<T, A, Op, kAvg>(g, x, y, b, e);
+}
+#endif
 
 template <bp_dtype D, bool kAvg> struct Pool2dK {
   static void impl(const Call& c) {
@@ -77,87 +184,23 @@ template <bp_dtype D, bool kAvg> struct Pool2dK {
       for (int64_t o = 0; o < OH; ++o) cnt_h[static_cast<size_t>(o)] = static_cast<A>(count_inside(o * sh, kh, dh, lo_h, hi_h));
       for (int64_t o = 0; o < OW; ++o) cnt_w[static_cast<size_t>(o)] = static_cast<A>(count_inside(o * sw, kw, dw, lo_w, hi_w));
     }
-    const T* x = c.in_data<T>(0);
-    T* y = c.out_data<T>();
-    const int64_t xs0 = lx.strides[0], xs1 = lx.strides[1], xs2 = lx.strides[2], xs3 = lx.strides[3];
     // Output rows are taken in blocks whose padded input rows fit ~64K
     // elements (the rows a window spans at least), so the buffers stay in
     // cache and never grow with the plane.
     const int64_t span_h = (kh - 1) * dh + 1;
     const int64_t bh = std::clamp<int64_t>(((int64_t{1} << 16) / RW - span_h) / sh + 1, 1, OH);
-    const int64_t rows_max = (bh - 1) * sh + span_h;
+    const Geom<A> g{C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl,
+                    lx.strides[0], lx.strides[1], lx.strides[2], lx.strides[3], lx.offset,
+                    RW, span_h, bh, (bh - 1) * sh + span_h, cnt_h.data(), cnt_w.data()};
+    auto run = &run_planes_baseline<T, A, Op, kAvg>;
+#if defined(__x86_64__)
+    if (isa() >= Isa::avx2) run = &run_planes_avx2<T, A, Op, kAvg>;
+#endif
+    const T* x = c.in_data<T>(0);
+    T* y = c.out_data<T>();
     const int64_t plane_cost = RH * RW + RH * OW * kw + OH * OW * kh;
-    pfor(c, N * C, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, plane_cost)), [&](int64_t b, int64_t e) {
-      std::vector<A> buf(static_cast<size_t>(rows_max * RW)), tmp(static_cast<size_t>(rows_max * OW));
-      const A padv = Op::pad();
-      const int64_t c0 = std::min(pl, RW), c1 = std::min(pl + W, RW);  // x's columns land in [c0, c1)
-      for (int64_t pc = b; pc < e; ++pc) {
-        const int64_t n = pc / C, ch = pc % C;
-        const int64_t base = lx.offset + n * xs0 + ch * xs1;  // element (n, ch, 0, 0) of x
-        T* out = y + pc * OH * OW;
-        for (int64_t oh0 = 0; oh0 < OH; oh0 += bh) {
-          const int64_t oh1 = std::min(OH, oh0 + bh);
-          const int64_t r0 = oh0 * sh, nr = (oh1 - 1 - oh0) * sh + span_h;  // padded rows [r0, r0 + nr)
-          // The padded rows.
-          for (int64_t j = 0; j < nr; ++j) {
-            A* dst = buf.data() + j * RW;
-            const int64_t ih = r0 + j - pt;
-            if (ih < 0 || ih >= H) {
-              std::fill(dst, dst + RW, padv);
-              continue;
-            }
-            std::fill(dst, dst + c0, padv);
-            const int64_t row = base + ih * xs2;  // x[n, ch, ih, col - pl] at row + (col - pl)·xs3
-            if (xs3 == 1) {
-              const T* xr = x + row;
-              for (int64_t col = c0; col < c1; ++col) dst[col] = ld(xr[col - pl]);
-            } else {
-              for (int64_t col = c0; col < c1; ++col) dst[col] = ld(x[row + (col - pl) * xs3]);
-            }
-            std::fill(dst + c1, dst + RW, padv);
-          }
-          // Along the rows: tmp[j][ow] = op over kw of buf[j][ow·sw + kw·dw].
-          for (int64_t j = 0; j < nr; ++j) {
-            const A* in = buf.data() + j * RW;
-            A* t = tmp.data() + j * OW;
-            if (sw == 1) {
-              for (int64_t ow = 0; ow < OW; ++ow) t[ow] = in[ow];
-              for (int64_t k = 1; k < kw; ++k) {
-                const A* ink = in + k * dw;
-                for (int64_t ow = 0; ow < OW; ++ow) t[ow] = Op::step(t[ow], ink[ow]);
-              }
-            } else {
-              for (int64_t ow = 0; ow < OW; ++ow) t[ow] = in[ow * sw];
-              for (int64_t k = 1; k < kw; ++k) {
-                const A* ink = in + k * dw;
-                for (int64_t ow = 0; ow < OW; ++ow) t[ow] = Op::step(t[ow], ink[ow * sw]);
-              }
-            }
-          }
-          // Down the columns, into the (dense) output plane.
-          A acc[256];
-          for (int64_t oh = oh0; oh < oh1; ++oh) {
-            const A* t0 = tmp.data() + (oh - oh0) * sh * OW;
-            for (int64_t ow0 = 0; ow0 < OW; ow0 += 256) {
-              const int64_t m = std::min<int64_t>(256, OW - ow0);
-              for (int64_t i = 0; i < m; ++i) acc[i] = t0[ow0 + i];
-              for (int64_t k = 1; k < kh; ++k) {
-                const A* tk = t0 + k * dh * OW + ow0;
-                for (int64_t i = 0; i < m; ++i) acc[i] = Op::step(acc[i], tk[i]);
-              }
-              T* o = out + oh * OW + ow0;
-              if constexpr (kAvg) {
-                const A nh = cnt_h[static_cast<size_t>(oh)];
-                const A* nw = cnt_w.data() + ow0;
-                for (int64_t i = 0; i < m; ++i) o[i] = st<T>(acc[i] / (nh * nw[i]));
-              } else {
-                for (int64_t i = 0; i < m; ++i) o[i] = st<T>(acc[i]);
-              }
-            }
-          }
-        }
-      }
-    });
+    pfor(c, N * C, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, plane_cost)),
+         [&](int64_t b, int64_t e) { run(g, x, y, b, e); });
   }
 };
 
