@@ -4,13 +4,13 @@
 // output rows at a time, the input rows its windows reach are copied into a
 // padded buffer of the compute type (f16/bf16 widen to f32, so they
 // accumulate in f32), the padding (and a ceil_mode window's overhang)
-// holding -inf for max and 0 for avg. The window is then reduced in two separable passes, along each
-// row (tmp[r][ow] over kw) and down the columns (y[oh][ow] over kh), so a
-// kH x kW window costs kH + kW operations per output and every inner loop
-// runs over consecutive output columns with no bounds checks (vectorisable;
-// at stride 1 its loads are consecutive too, at stride 2 evenly spaced). The
-// loops are compiled twice, for baseline x86-64 and for AVX2 (chosen by the
-// ISA picked at initialize).
+// holding -inf for max and 0 for avg. The window is then reduced in two
+// separable passes, along each row (tmp[r][ow] over kw) and down the columns
+// (y[oh][ow] over kh), so a kH x kW window costs kH + kW operations per
+// output and every inner loop runs over consecutive output columns with no
+// bounds checks (vectorisable; at stride 1 its loads are consecutive too, at
+// stride 2 evenly spaced). The loops are compiled twice, for baseline x86-64
+// and for AVX2 (chosen by the ISA picked at initialize).
 //
 // max: NaN propagates (a window holding one gives NaN); an all-padding
 // window gives -inf. avg: the divisor is a product of the window's row and
