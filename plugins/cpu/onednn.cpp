@@ -342,10 +342,28 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
   // One primitive per distinct (images, units) piece size (at most a few),
   // made on this thread (oneDNN caches them, so a plan run again finds them).
   OneThread one;
+  // A reorder between a user layout and a primitive's, made once per call
+  // for all the pieces of one size (making a reorder's primitive_desc costs
+  // tens of microseconds; oneDNN caches primitives, not descriptors).
+  struct Reorder {
+    bool needed = false;
+    dnnl::reorder::primitive_desc pd;
+    dnnl::reorder prim;
+    void make(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+      needed = from != to;
+      if (!needed) return;
+      pd = dnnl::reorder::primitive_desc(*g_engine, from, *g_engine, to, user_scratchpad());
+      prim = dnnl::reorder(pd);
+    }
+    void operator()(const dnnl::memory& from, const dnnl::memory& to) const {
+      run(prim, pd.scratchpad_desc(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+    }
+  };
   struct Prim {
     int64_t n = -1, u = -1;
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward prim;
+    Reorder rx, rw, ry;  // x into the primitive's format, w into it, y out of it
   };
   std::vector<Prim> prims;
   auto prim_for = [&](int64_t n, int64_t u) -> const Prim* {
@@ -358,6 +376,13 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
   auto cout = [&](int64_t u) { return grouped ? u * Og : u; };
   auto wdims = [&](int64_t u) { return grouped ? dims{u, Og, g.Cg, g.kH, g.kW} : dims{u, g.Cg, g.kH, g.kW}; };
   const dims wstrides = grouped ? dims{Og * ws[0], ws[0], ws[1], ws[2], ws[3]} : dims{ws[0], ws[1], ws[2], ws[3]};
+  const int64_t ystride = g.O * g.OH * g.OW;
+  // The user's x, w and y of a piece, as oneDNN memory descriptors.
+  auto x_user = [&](int64_t n, int64_t u) { return dnnl::memory::desc({n, cin(u), g.H, g.W}, *t, dims{xs[0], xs[1], xs[2], xs[3]}); };
+  auto w_user = [&](int64_t u) { return dnnl::memory::desc(wdims(u), *t, wstrides); };
+  auto y_user = [&](int64_t n, int64_t u) {
+    return dnnl::memory::desc({n, cout(u), g.OH, g.OW}, *t, dims{ystride, g.OH * g.OW, g.OW, 1});
+  };
   try {
     for (int64_t i = 0; i < nparts; ++i)
       for (int64_t j = 0; j < cparts; ++j) {
@@ -378,6 +403,9 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
         p.pd = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), *g_engine);
         if (!fast_impl(p.pd.impl_info_str())) return false;
         p.prim = dnnl::convolution_forward(p.pd);
+        p.rx.make(x_user(n, u), p.pd.src_desc());
+        p.rw.make(w_user(u), p.pd.weights_desc());
+        p.ry.make(p.pd.dst_desc(), y_user(n, u));
         p.n = n;
         p.u = u;
         prims.push_back(std::move(p));
@@ -403,8 +431,6 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
   char* x = static_cast<char*>(const_cast<void*>(c.in[0].data)) + lx.offset * static_cast<int64_t>(es);
   char* w = static_cast<char*>(const_cast<void*>(c.in[1].data)) + lw.offset * static_cast<int64_t>(es);
   char* y = static_cast<char*>(c.out[0].data);
-  const int64_t ystride = g.O * g.OH * g.OW;
-  auto x_user = [&](int64_t n, int64_t u) { return dnnl::memory::desc({n, cin(u), g.H, g.W}, *t, dims{xs[0], xs[1], xs[2], xs[3]}); };
   // Element offset of piece (image n0, unit u0) in x and y.
   auto x_off = [&](int64_t n0, int64_t u0) { return n0 * xs[0] + (grouped ? u0 * g.Cg * xs[1] : 0); };
 
@@ -429,17 +455,20 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
     return nullptr;
   };
   std::vector<Scratch> wbuf, xbuf;
+  std::vector<char*> wptr;  // each channel piece's weights in its primitive's format
   wbuf.reserve(static_cast<size_t>(cparts));
   for (int64_t j = 0; j < cparts; ++j) {
     const Prim* p = with_units(csplit.lo(j + 1) - csplit.lo(j));
-    wbuf.emplace_back(p ? p->pd.weights_desc().get_size() : 0);
+    wbuf.emplace_back(p && p->rw.needed ? p->pd.weights_desc().get_size() : 0);
+    wptr.push_back(p && p->rw.needed ? static_cast<char*>(wbuf.back().get())
+                                     : w + csplit.lo(j) * (grouped ? Og : 1) * ws[0] * static_cast<int64_t>(es));
   }
   if (share_src) {
     xbuf.reserve(static_cast<size_t>(nparts));
     for (int64_t i = 0; i < nparts; ++i) {
       const int64_t n = nsplit.lo(i + 1) - nsplit.lo(i);
       const Prim* p = prim_for(n, csplit.lo(1) - csplit.lo(0));
-      xbuf.emplace_back(p && p->pd.src_desc() != x_user(n, 0) ? p->pd.src_desc().get_size() : 0);
+      xbuf.emplace_back(p && p->rx.needed ? p->pd.src_desc().get_size() : 0);
     }
   }
   const int64_t prep = cparts + (share_src ? nparts : 0);
@@ -450,19 +479,15 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
         const int64_t u0 = csplit.lo(i), u = csplit.lo(i + 1) - u0;
         if (u <= 0) continue;
         const Prim* p = with_units(u);
-        const dnnl::memory::desc w_user(wdims(u), *t, wstrides);
-        const dnnl::memory wu(w_user, *g_engine, w + u0 * (grouped ? Og : 1) * ws[0] * static_cast<int64_t>(es));
-        const dnnl::memory wp(p->pd.weights_desc(), *g_engine, wbuf[static_cast<size_t>(i)].get());
-        const dnnl::reorder::primitive_desc rpd(*g_engine, w_user, *g_engine, p->pd.weights_desc(), user_scratchpad());
-        run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, wu}, {DNNL_ARG_TO, wp}});
+        if (!p->rw.needed) continue;
+        p->rw(dnnl::memory(w_user(u), *g_engine, w + u0 * (grouped ? Og : 1) * ws[0] * static_cast<int64_t>(es)),
+              dnnl::memory(p->pd.weights_desc(), *g_engine, wptr[static_cast<size_t>(i)]));
       } else {
         const int64_t k = i - cparts, n0 = nsplit.lo(k), n = nsplit.lo(k + 1) - n0;
         if (n <= 0 || !xbuf[static_cast<size_t>(k)].get()) continue;
         const Prim* p = prim_for(n, csplit.lo(1) - csplit.lo(0));
-        const dnnl::memory xu(x_user(n, 0), *g_engine, x + x_off(n0, 0) * static_cast<int64_t>(es));
-        const dnnl::memory xp(p->pd.src_desc(), *g_engine, xbuf[static_cast<size_t>(k)].get());
-        const dnnl::reorder::primitive_desc rpd(*g_engine, x_user(n, 0), *g_engine, p->pd.src_desc(), user_scratchpad());
-        run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, xu}, {DNNL_ARG_TO, xp}});
+        p->rx(dnnl::memory(x_user(n, 0), *g_engine, x + x_off(n0, 0) * static_cast<int64_t>(es)),
+              dnnl::memory(p->pd.src_desc(), *g_engine, xbuf[static_cast<size_t>(k)].get()));
       }
     }
   });
@@ -476,39 +501,33 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
       if (n <= 0 || u <= 0) continue;
       const Prim& p = *prim_for(n, u);
       const int64_t o0 = grouped ? u0 * Og : u0;
-      const dnnl::memory::desc xd = x_user(n, u);
-      const dnnl::memory::desc y_user({n, cout(u), g.OH, g.OW}, *t, dims{ystride, g.OH * g.OW, g.OW, 1});
-      const dnnl::memory xu(xd, *g_engine, x + x_off(n0, u0) * static_cast<int64_t>(es));
-      const dnnl::memory yu(y_user, *g_engine, y + (n0 * ystride + o0 * g.OH * g.OW) * static_cast<int64_t>(es));
+      const dnnl::memory xu(x_user(n, u), *g_engine, x + x_off(n0, u0) * static_cast<int64_t>(es));
+      const dnnl::memory yu(y_user(n, u), *g_engine, y + (n0 * ystride + o0 * g.OH * g.OW) * static_cast<int64_t>(es));
       // Input in the primitive's format: shared, in place, or reformatted here.
       std::optional<Scratch> xown;
       dnnl::memory xp = xu;
       if (share_src && xbuf[static_cast<size_t>(ip)].get()) {
         xp = dnnl::memory(p.pd.src_desc(), *g_engine, xbuf[static_cast<size_t>(ip)].get());
-      } else if (p.pd.src_desc() != xd) {
+      } else if (p.rx.needed) {
         xown.emplace(p.pd.src_desc().get_size());
         xp = dnnl::memory(p.pd.src_desc(), *g_engine, xown->get());
-        const dnnl::reorder::primitive_desc rpd(*g_engine, xd, *g_engine, p.pd.src_desc(), user_scratchpad());
-        run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, xu}, {DNNL_ARG_TO, xp}});
+        p.rx(xu, xp);
       }
       std::optional<Scratch> ybuf;
       dnnl::memory yp = yu;
-      if (p.pd.dst_desc() != y_user) {
+      if (p.ry.needed) {
         ybuf.emplace(p.pd.dst_desc().get_size());
         yp = dnnl::memory(p.pd.dst_desc(), *g_engine, ybuf->get());
       }
       std::unordered_map<int, dnnl::memory> args{
           {DNNL_ARG_SRC, xp},
-          {DNNL_ARG_WEIGHTS, dnnl::memory(p.pd.weights_desc(), *g_engine, wbuf[static_cast<size_t>(jp)].get())},
+          {DNNL_ARG_WEIGHTS, dnnl::memory(p.pd.weights_desc(), *g_engine, wptr[static_cast<size_t>(jp)])},
           {DNNL_ARG_DST, yp}};
       if (has_bias)
         args.insert({DNNL_ARG_BIAS, dnnl::memory(dnnl::memory::desc({cout(u)}, dt::f32, dnnl::memory::format_tag::x),
                                                  *g_engine, bias.data() + o0)});
       run(p.prim, p.pd.scratchpad_desc(), std::move(args));
-      if (ybuf) {
-        const dnnl::reorder::primitive_desc rpd(*g_engine, p.pd.dst_desc(), *g_engine, y_user, user_scratchpad());
-        run(dnnl::reorder(rpd), rpd.scratchpad_desc(), {{DNNL_ARG_FROM, yp}, {DNNL_ARG_TO, yu}});
-      }
+      if (ybuf) p.ry(yp, yu);
     }
   });
   return true;
