@@ -298,6 +298,46 @@ TEST_CASE("onnx: bad models get messages naming the model and what is wrong", "[
   }
   CHECK_THAT(error_of([&] { bpx::import_file(dir / "m.onnx"); }),
              Catch::Contains("initializer 'w'") && Catch::Contains("leaves the model's folder"));
+  // The same bytes in memory cannot name a file at all.
+  CHECK_THAT(error_of([&] { bpx::import_bytes(ext.bytes(), {}, "mem.onnx"); }),
+             Catch::Contains("mem.onnx: initializer 'w'") && Catch::Contains("an in-memory model cannot name"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("onnx: external data is read from beside the model, whatever the working folder", "[onnx]") {
+  const auto dir = std::filesystem::temp_directory_path() / "bp_onnx_extdata_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "data");
+  const float w[3] = {1.5f, -2.0f, 4.0f};
+  {
+    std::ofstream f(dir / "data" / "w.bin", std::ios::binary);
+    const char pad[8] = {};
+    f.write(pad, 8);  // the tensor starts at offset 8
+    f.write(reinterpret_cast<const char*>(w), sizeof w);
+  }
+  ModelBuilder b;
+  b.input("x", {"3"}).output("y");
+  auto* t = b.g->add_initializer();
+  t->set_name("w");
+  t->set_data_type(::onnx::TensorProto::FLOAT);
+  t->add_dims(3);
+  t->set_data_location(::onnx::TensorProto::EXTERNAL);
+  for (auto [k, v] : {std::pair<const char*, const char*>{"location", "data/w.bin"}, {"offset", "8"}, {"length", "12"}}) {
+    auto* kv = t->add_external_data();
+    kv->set_key(k);
+    kv->set_value(v);
+  }
+  b.node("Mul", {"x", "w"}, {"y"});
+  {
+    std::ofstream f(dir / "m.onnx", std::ios::binary);
+    f << b.bytes();
+  }
+  auto im = bpx::import_file(dir / "m.onnx");  // the tests run in the build folder, not beside the model
+  auto y = run_cpu(im, {{"x", f32({3}, {2, 3, 0.5})}}).at("y");
+  CHECK((y.get(0) == 3 && y.get(1) == -6 && y.get(2) == 2));
+  // A file shorter than the tensor is refused before anything is allocated.
+  std::filesystem::resize_file(dir / "data" / "w.bin", 16);
+  CHECK_THAT(error_of([&] { bpx::import_file(dir / "m.onnx"); }), Catch::Contains("initializer 'w'") && Catch::Contains("holds 16 bytes"));
   std::filesystem::remove_all(dir);
 }
 

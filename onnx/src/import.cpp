@@ -387,7 +387,7 @@ namespace {
 ImportedModel finish(::onnx::ModelProto& m, const ImportOptions& options, const std::string& label,
                      const std::filesystem::path& base) {
   detail::default_opset(m, label);  // before the checker: its complaint about an old opset is less clear
-  detail::check_model(m, label);
+  detail::check_model(m, label, base);
   detail::Importer imp(options, label, base);
   return imp.run(m);
 }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <unordered_map>
 
 namespace backplane::onnx::detail {
 
@@ -53,9 +54,35 @@ void read_model_bytes(std::string_view bytes, ::onnx::ModelProto& m, const std::
   parse(&in, m, label);
 }
 
-void check_model(const ::onnx::ModelProto& m, const std::string& label) {
+void check_model(const ::onnx::ModelProto& m, const std::string& label, const std::filesystem::path& base) {
+  // External data names are checked here first: ONNX's checker looks for
+  // the files itself, relative to the folder it is given.
+  for (const auto& t : m.graph().initializer()) {
+    if (t.data_location() != ::onnx::TensorProto::EXTERNAL) continue;
+    const std::string where = label + ": initializer '" + t.name() + "'";
+    if (base.empty()) throw Error(where + ": keeps its data in an external file, which an in-memory model cannot name");
+    std::string location;
+    for (const auto& kv : t.external_data())
+      if (kv.key() == "location") location = kv.value();
+    check_location(location, where);
+  }
   try {
-    ::onnx::checker::check_model(m);
+    // What ::onnx::checker::check_model(ModelProto) does, with the model's
+    // own folder for external data (it would look in the working folder).
+    ::onnx::checker::CheckerContext ctx;
+    ctx.set_model_dir(base.string());
+    if (m.ir_version() <= 0) throw std::runtime_error("the model does not set ir_version");
+    if (m.ir_version() > ::onnx::IR_VERSION)
+      throw std::runtime_error("ir_version " + std::to_string(m.ir_version()) + " is newer than this ONNX library's " +
+                               std::to_string(::onnx::IR_VERSION));
+    ctx.set_ir_version(static_cast<int>(m.ir_version()));
+    std::unordered_map<std::string, int> opsets;
+    for (const auto& o : m.opset_import()) opsets[o.domain()] = static_cast<int>(o.version());
+    if (opsets.empty()) throw std::runtime_error("the model imports no opset");
+    ctx.set_opset_imports(opsets);
+    ::onnx::checker::LexicalScopeContext lex;
+    ::onnx::checker::check_graph(m.graph(), ctx, lex);
+    if (ctx.get_ir_version() >= 8) ::onnx::checker::check_model_local_functions(m, ctx, lex);
   } catch (const std::exception& e) {
     std::string what = e.what();
     while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
@@ -86,6 +113,13 @@ std::string onnx_type_name(int32_t onnx_type) {
   return "type " + std::to_string(onnx_type);
 }
 
+void check_location(const std::string& location, const std::string& where) {
+  const std::filesystem::path rel(location);
+  if (location.empty() || rel.is_absolute()) throw Error(where + ": external data needs a relative 'location'");
+  for (const auto& part : rel)
+    if (part == "..") throw Error(where + ": external data location '" + location + "' leaves the model's folder");
+}
+
 namespace {
 
 // External data: `location` relative to the model's folder, never outside
@@ -112,10 +146,8 @@ std::filesystem::path external_path(const ::onnx::TensorProto& t, const std::fil
     else if (kv.key() == "offset") offset = number("offset", kv.value());
     else if (kv.key() == "length") length = number("length", kv.value());
   }
+  check_location(location, where);
   const std::filesystem::path rel(location);
-  if (location.empty() || rel.is_absolute()) throw Error(where + ": external data needs a relative 'location'");
-  for (const auto& part : rel)
-    if (part == "..") throw Error(where + ": external data location '" + location + "' leaves the model's folder");
   if (length && *length != nbytes)
     throw Error(where + ": external data length " + std::to_string(*length) + " differs from the " +
                 std::to_string(nbytes) + " bytes its shape needs");

@@ -17,8 +17,12 @@ namespace backplane::onnx::detail {
 void read_model_file(const std::filesystem::path& path, ::onnx::ModelProto& m);
 void read_model_bytes(std::string_view bytes, ::onnx::ModelProto& m, const std::string& label);
 // ONNX's checker (structure, opset imports, node attributes against the
-// schemas); its complaint becomes an Error naming the model.
-void check_model(const ::onnx::ModelProto& m, const std::string& label);
+// schemas), external data looked for in `base` (the model's folder; empty
+// for a model in memory, which may have none); its complaint becomes an
+// Error naming the model.
+void check_model(const ::onnx::ModelProto& m, const std::string& label, const std::filesystem::path& base);
+// An external data location: relative, never leaving the model's folder.
+void check_location(const std::string& location, const std::string& where);
 
 std::optional<bp_dtype> dtype_of(int32_t onnx_type);
 std::string onnx_type_name(int32_t onnx_type);
