@@ -72,9 +72,14 @@ void Importer::ensure_in_graph(const ValPtr& v) {
   v->in_graph = true;
 }
 
+// Saturating: shapes read from a model's data (ConstantOfShape) may be
+// any int64s; a count past INT64_MAX is INT64_MAX (above every limit).
 int64_t Importer::numel(const Shape& s) {
+  for (auto d : s)
+    if (d == 0) return 0;
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return INT64_MAX;
   return n;
 }
 
