@@ -216,6 +216,11 @@ Window window_of(I& imp, const NodeP& n, const Shape& x, std::vector<int64_t> ke
   } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
     for (int i = 0; i < 2; ++i) {
       const int64_t in = x[static_cast<size_t>(2 + i)], s = w.stride[static_cast<size_t>(i)];
+      const int64_t kk = w.kernel[static_cast<size_t>(i)], dd = w.dilation[static_cast<size_t>(i)];
+      // Values from the model: bounded before the arithmetic below.
+      if (s < 1 || s > (int64_t{1} << 31) || kk < 1 || kk > (int64_t{1} << 31) || dd < 1 || dd > (int64_t{1} << 31) ||
+          in > (int64_t{1} << 40))
+        fail(imp, n, "auto_pad with strides, kernel or dilations out of range");
       const int64_t span = w.dilation[static_cast<size_t>(i)] * (w.kernel[static_cast<size_t>(i)] - 1) + 1;
       const int64_t out = (in + s - 1) / s;
       const int64_t total = std::max<int64_t>(0, (out - 1) * s + span - in);
@@ -485,8 +490,12 @@ void split(I& imp, const NodeP& n) {
   }
   if (static_cast<int>(parts.size()) != n.output_size())
     fail(imp, n, std::to_string(parts.size()) + " parts for " + std::to_string(n.output_size()) + " outputs");
-  if (std::accumulate(parts.begin(), parts.end(), int64_t{0}) != size)
-    fail(imp, n, "the parts do not add up to the axis' size " + std::to_string(size));
+  int64_t total = 0;
+  for (auto p : parts) {
+    if (p < 0 || p > size - total) fail(imp, n, "the parts do not add up to the axis' size " + std::to_string(size));
+    total += p;
+  }
+  if (total != size) fail(imp, n, "the parts do not add up to the axis' size " + std::to_string(size));
   int64_t at = 0;
   for (int k = 0; k < n.output_size(); ++k) {
     const int64_t len = parts[static_cast<size_t>(k)];
@@ -580,10 +589,11 @@ void tile(I& imp, const NodeP& n) {
   Shape split, wide, out;
   for (int64_t d = 0; d < r; ++d) {
     const int64_t s = x->type.shape[static_cast<size_t>(d)], k = reps[static_cast<size_t>(d)];
-    if (k < 0) fail(imp, n, "negative repeat");
+    int64_t ks = 0;
+    if (k < 0 || __builtin_mul_overflow(k, s, &ks)) fail(imp, n, "repeat " + std::to_string(k) + " is negative or too large");
     split.insert(split.end(), {1, s});
     wide.insert(wide.end(), {k, s});
-    out.push_back(k * s);
+    out.push_back(ks);
   }
   auto a = imp.emit(out_name(n, "split"), "reshape", {x}, {{"shape", split}});
   auto b = imp.emit(out_name(n, "wide"), "broadcast_to", {a}, {{"shape", wide}});
@@ -728,7 +738,7 @@ void range(I& imp, const NodeP& n) {
   HostTensor t(s.dtype, {static_cast<int64_t>(count)});
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (is_float(t.dtype)) t.set(i, start + static_cast<double>(i) * delta);
-    else t.set_int(i, s.get_int(0) + i * d.get_int(0));
+    else t.set_int(i, static_cast<int64_t>(static_cast<uint64_t>(s.get_int(0)) + static_cast<uint64_t>(i) * static_cast<uint64_t>(d.get_int(0))));
   }
   bind_constant(imp, n, std::move(t));
 }

@@ -155,7 +155,15 @@ const HostTensor& Importer::known(const ::onnx::NodeProto& n, int k, const char*
 
 std::vector<int64_t> Importer::ints_of(const HostTensor& t) {
   std::vector<int64_t> r;
-  for (int64_t i = 0; i < t.numel(); ++i) r.push_back(is_float(t.dtype) ? static_cast<int64_t>(t.get(i)) : t.get_int(i));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (!is_float(t.dtype)) {
+      r.push_back(t.get_int(i));
+      continue;
+    }
+    const double v = t.get(i);  // a float used as an int: in range, or refused
+    if (!(v >= -9.2e18 && v <= 9.2e18)) throw Error("the value " + std::to_string(v) + " is not an integer that fits int64");
+    r.push_back(static_cast<int64_t>(v));
+  }
   return r;
 }
 
