@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 namespace backplane::onnx::detail {
 
@@ -202,7 +201,7 @@ struct Window {
 };
 
 // ONNX's spatial attributes of a 2-D Conv/Pool, with auto_pad resolved.
-Window window_of(I& imp, const NodeP& n, const Shape& x, std::vector<int64_t> kernel, bool pool) {
+Window window_of(I& imp, const NodeP& n, const Shape& x, std::vector<int64_t> kernel) {
   Window w;
   w.kernel = std::move(kernel);
   w.stride = I::attr_ints(n, "strides").value_or(std::vector<int64_t>{1, 1});
@@ -231,7 +230,6 @@ Window window_of(I& imp, const NodeP& n, const Shape& x, std::vector<int64_t> ke
   } else if (ap != "NOTSET") {
     fail(imp, n, "unknown auto_pad '" + ap + "'");
   }
-  (void)pool;
   return w;
 }
 
@@ -242,7 +240,7 @@ void conv(I& imp, const NodeP& n) {
   auto b = imp.get(n, 2);
   if (rank_of(x) != 4 || rank_of(w) != 4)
     fail(imp, n, "only 2-D convolutions (4-D x and w) are supported; x is " + shape_str(x->type.shape), BP_ERR_UNIMPLEMENTED);
-  const Window win = window_of(imp, n, x->type.shape, {w->type.shape[2], w->type.shape[3]}, false);
+  const Window win = window_of(imp, n, x->type.shape, {w->type.shape[2], w->type.shape[3]});
   Json p{{"stride", win.stride}, {"padding", win.pads}, {"dilation", win.dilation}, {"groups", I::attr_i(n, "group", 1)}};
 
   const NodeP* bn = imp.next();
@@ -314,7 +312,7 @@ Handler pool(const std::string& op) {
     if (I::attr_i(n, "storage_order", 0) != 0) fail(imp, n, "storage_order 1 is not supported", BP_ERR_UNIMPLEMENTED);
     auto k = I::attr_ints(n, "kernel_shape");
     if (!k) fail(imp, n, "kernel_shape is required");
-    const Window win = window_of(imp, n, x->type.shape, *k, true);
+    const Window win = window_of(imp, n, x->type.shape, *k);
     Json p{{"kernel_size", win.kernel}, {"stride", win.stride}, {"padding", win.pads}, {"dilation", win.dilation},
            {"ceil_mode", I::attr_i(n, "ceil_mode", 0) != 0}};
     if (op == "avg_pool2d") p["count_include_pad"] = I::attr_i(n, "count_include_pad", 0) != 0;

@@ -162,15 +162,9 @@ std::filesystem::path external_path(const ::onnx::TensorProto& t, const std::fil
   return path;
 }
 
-void check_external(const ::onnx::TensorProto& t, const std::filesystem::path& base, uint64_t nbytes, const std::string& where) {
-  uint64_t offset = 0;
-  external_path(t, base, nbytes, where, offset);
-}
-
-void read_external(const ::onnx::TensorProto& t, const std::filesystem::path& base, std::byte* dst, uint64_t nbytes,
+// Reads nbytes at `offset` of `path` (external_path checked both).
+void read_external(const std::filesystem::path& path, uint64_t offset, std::byte* dst, uint64_t nbytes,
                    const std::string& where) {
-  uint64_t offset = 0;
-  const auto path = external_path(t, base, nbytes, where, offset);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(where + ": cannot open external data file " + path.string());
   f.seekg(static_cast<std::streamoff>(offset));
@@ -178,11 +172,8 @@ void read_external(const ::onnx::TensorProto& t, const std::filesystem::path& ba
   if (!f) throw Error(where + ": reading external data from " + path.string() + " failed");
 }
 
-template <typename Field, typename Store>
-void copy_typed(const Field& field, int64_t n, const std::string& where, const char* field_name, Store store) {
-  if (static_cast<int64_t>(field.size()) != n)
-    throw Error(where + ": " + field_name + " holds " + std::to_string(field.size()) + " values; its shape needs " +
-                std::to_string(n));
+// The typed field's count was checked against the shape before allocation.
+template <typename Field, typename Store> void copy_typed(const Field& field, int64_t n, Store store) {
   for (int64_t i = 0; i < n; ++i) store(i, field.Get(static_cast<int>(i)));
 }
 
@@ -207,9 +198,10 @@ HostTensor tensor_from_proto(::onnx::TensorProto& t, const std::filesystem::path
   // The data's size is checked against the shape before anything is
   // allocated: a small model cannot claim a large tensor it does not hold.
   if (t.data_location() == ::onnx::TensorProto::EXTERNAL) {
-    check_external(t, base, nbytes, where);
+    uint64_t offset = 0;
+    const auto path = external_path(t, base, nbytes, where, offset);
     HostTensor out(*dt, shape);
-    read_external(t, base, out.bytes.data(), nbytes, where);
+    read_external(path, offset, out.bytes.data(), nbytes, where);
     return out;
   }
   if (t.has_raw_data()) {
@@ -232,22 +224,21 @@ HostTensor tensor_from_proto(::onnx::TensorProto& t, const std::filesystem::path
   HostTensor out(*dt, shape);
   switch (t.data_type()) {
     case T::FLOAT:
-      copy_typed(t.float_data(), n, where, "float_data", [&](int64_t i, float v) { out.as<float>()[i] = v; });
+      copy_typed(t.float_data(), n, [&](int64_t i, float v) { out.as<float>()[i] = v; });
       break;
     case T::DOUBLE:
-      copy_typed(t.double_data(), n, where, "double_data", [&](int64_t i, double v) { out.as<double>()[i] = v; });
+      copy_typed(t.double_data(), n, [&](int64_t i, double v) { out.as<double>()[i] = v; });
       break;
     case T::INT64:
-      copy_typed(t.int64_data(), n, where, "int64_data", [&](int64_t i, int64_t v) { out.as<int64_t>()[i] = v; });
+      copy_typed(t.int64_data(), n, [&](int64_t i, int64_t v) { out.as<int64_t>()[i] = v; });
       break;
     case T::FLOAT16:
     case T::BFLOAT16:
       // 16-bit floats travel as their bit patterns in int32_data.
-      copy_typed(t.int32_data(), n, where, "int32_data",
-                 [&](int64_t i, int32_t v) { out.as<uint16_t>()[i] = static_cast<uint16_t>(v); });
+      copy_typed(t.int32_data(), n, [&](int64_t i, int32_t v) { out.as<uint16_t>()[i] = static_cast<uint16_t>(v); });
       break;
     default:
-      copy_typed(t.int32_data(), n, where, "int32_data", [&](int64_t i, int32_t v) { out.set_int(i, v); });
+      copy_typed(t.int32_data(), n, [&](int64_t i, int32_t v) { out.set_int(i, v); });
       break;
   }
   if (release) {

@@ -18,6 +18,7 @@ struct View {
   const Graph& g;
   std::map<std::string, size_t> producer;          // value -> node index
   std::map<std::string, int> uses;                 // value -> reads (+1 for a graph output)
+  std::map<std::string, std::vector<const Node*>> readers;  // value -> the nodes reading it
   std::map<std::string, const HostTensor*> consts;  // graph constants
   std::map<std::string, Shape> shapes;
   std::map<std::string, bp_dtype> dtypes;
@@ -28,7 +29,10 @@ struct View {
     }
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
       producer[graph.nodes()[i].name] = i;
-      for (const auto& v : graph.nodes()[i].inputs) ++uses[v];
+      for (const auto& v : graph.nodes()[i].inputs) {
+        ++uses[v];
+        readers[v].push_back(&graph.nodes()[i]);
+      }
     }
     for (const auto& o : graph.outputs()) ++uses[o];
     try {
@@ -60,10 +64,9 @@ struct View {
   // The one node reading `v`, if exactly one does.
   const Node* sole_reader(const std::string& v, const char* op) const {
     if (use_count(v) != 1) return nullptr;
-    for (const auto& n : g.nodes())
-      for (const auto& in : n.inputs)
-        if (in == v) return n.op == op ? &n : nullptr;
-    return nullptr;
+    auto it = readers.find(v);
+    if (it == readers.end() || it->second.empty()) return nullptr;
+    return it->second.front()->op == op ? it->second.front() : nullptr;
   }
   // The other input of a binary node, given one of them.
   static std::optional<std::string> other(const Node& n, const std::string& v) {
@@ -99,12 +102,10 @@ void match_layer_norm(const View& v, const Node& m1, Rewrite& rw, int& count) {
   if (!sub || sub->inputs[0] != x || sub->inputs[1] != m1.name || v.use_count(sub->name) != 2) return;
   const Node* sq = nullptr;
   const Node* div = nullptr;
-  for (const auto& n : v.g.nodes())
-    for (const auto& in : n.inputs)
-      if (in == sub->name) {
-        if (n.op == "sqr") sq = &n;
-        else if (n.op == "div" && n.inputs[0] == sub->name) div = &n;
-      }
+  for (const Node* n : v.readers.at(sub->name)) {
+    if (n->op == "sqr") sq = n;
+    else if (n->op == "div" && n->inputs[0] == sub->name) div = n;
+  }
   if (!sq || !div) return;
   const Node* m2 = v.sole_reader(sq->name, "mean");
   if (!m2 || !v.is_last_dim_mean(*m2)) return;
