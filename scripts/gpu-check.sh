@@ -33,7 +33,6 @@ ls /usr/share/vulkan/icd.d/ /etc/vulkan/icd.d/ 2>/dev/null | sed 's/^/   ICD: /'
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBACKPLANE_REMOTE=OFF -DBACKPLANE_BUILD_TESTS=OFF \
   > "$BUILD_DIR.cmake.log" 2>&1 || { note "configure failed (tail of $BUILD_DIR.cmake.log below)"; tail -20 "$BUILD_DIR.cmake.log"; }
 targets=(backplane backplane_cpu)
-grep -q "backplane_vulkan" "$BUILD_DIR/Makefile" 2>/dev/null || true
 if cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q backplane_vulkan; then targets+=(backplane_vulkan); else note "no Vulkan plugin in this build (libvulkan-dev, glslang-tools?)"; fi
 if cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q backplane_python; then targets+=(backplane_python); fi
 if timeout 420 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${targets[@]}" > "$BUILD_DIR.build.log" 2>&1; then
