@@ -51,8 +51,7 @@ std::string take(const Plugin& p, bp_error* e, int64_t* call_index = nullptr) {
   if (call_index) {
     *call_index = -1;
     const auto* api = p.api();
-    if (e && has_field(api, &bp_plugin_api::error_call_index) && api->error_call_index)
-      *call_index = api->error_call_index(e);
+    if (e && api->error_call_index) *call_index = api->error_call_index(p.ctx(), e);
   }
   return p.take_error(e);
 }
@@ -126,7 +125,7 @@ constexpr size_t kMaxBuffers = size_t{1} << 16;          // buffers one session 
 // on every device, and imports only where the driver can).
 bool can_import(ServedDevice& d, char* shm, uint64_t shm_size) {
   const auto* api = d.plugin->api();
-  if (!shm || !has_field(api, &bp_plugin_api::buffer_import_host) || !api->buffer_import_host) return false;
+  if (!shm || !api->buffer_import_host) return false;
   int known = d.shm_import.load();
   if (known < 0) {
     const uint64_t probe = std::max<uint64_t>(d.info.buffer_alignment, 64);
@@ -134,11 +133,11 @@ bool can_import(ServedDevice& d, char* shm, uint64_t shm_size) {
     b.struct_size = sizeof b;
     known = 0;
     if (probe <= shm_size) {
-      if (bp_error* e = api->buffer_import_host(d.handle, shm, probe, &b))
+      if (bp_error* e = api->buffer_import_host(d.plugin->ctx(), d.handle, shm, probe, &b))
         d.plugin->take_error(e);
       else
         known = 1;
-      if (known) api->buffer_free(d.handle, b.handle);
+      if (known) api->buffer_free(d.plugin->ctx(), d.handle, b.handle);
     }
     d.shm_import.store(known);
   }
@@ -179,7 +178,7 @@ grpc::Status Service::Session(grpc::ServerContext* context, grpc::ServerReaderWr
 void Service::release(State& st) {
   for (auto& [id, b] : st.buffers) {
     auto& d = *devices_[b.device];
-    d.plugin->api()->buffer_free(d.handle, b.handle);
+    d.plugin->api()->buffer_free(d.plugin->ctx(), d.handle, b.handle);
   }
   st.buffers.clear();
   st.sequences.clear();
@@ -211,7 +210,7 @@ Response Service::handle(State& st, const Request& req) {
           }
         }
         auto& d = *devices_[it->second.device];
-        d.plugin->api()->buffer_free(d.handle, it->second.handle);
+        d.plugin->api()->buffer_free(d.plugin->ctx(), d.handle, it->second.handle);
         if (it->second.counted) st.bytes -= it->second.size;
         st.buffers.erase(it);
         return Response();
@@ -277,8 +276,8 @@ Response Service::allocate(State& st, const Allocate& a) {
       return failure(BP_ERR_INVALID_ARGUMENT, "allocate: not an aligned range of the shared memory");
     bp_buffer buf{};
     buf.struct_size = sizeof buf;
-    if (bp_error* e = d.plugin->api()->buffer_import_host(d.handle, shm_ + a.shm_offset(), a.size(), &buf))
-      return failure(d.plugin->api()->error_code(e), "allocate on " + d.device->name() + ": " + take(*d.plugin, e));
+    if (bp_error* e = d.plugin->api()->buffer_import_host(d.plugin->ctx(), d.handle, shm_ + a.shm_offset(), a.size(), &buf))
+      return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "allocate on " + d.device->name() + ": " + take(*d.plugin, e));
     const uint64_t id = st.next_buffer++;
     st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), shm_ + a.shm_offset(), false};
     Response r;
@@ -298,8 +297,8 @@ Response Service::allocate(State& st, const Allocate& a) {
                                              std::to_string(options_.max_session_bytes) + " bytes");
   bp_buffer buf{};
   buf.struct_size = sizeof buf;
-  if (bp_error* e = d.plugin->api()->buffer_allocate(d.handle, a.size(), &buf))
-    return failure(d.plugin->api()->error_code(e), "allocate on " + d.device->name() + ": " + take(*d.plugin, e));
+  if (bp_error* e = d.plugin->api()->buffer_allocate(d.plugin->ctx(), d.handle, a.size(), &buf))
+    return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "allocate on " + d.device->name() + ": " + take(*d.plugin, e));
   // A fresh buffer may hold what another session (or the server) left in
   // that memory: it starts as zeros.
   if (buf.host_ptr) {
@@ -308,9 +307,9 @@ Response Service::allocate(State& st, const Allocate& a) {
     static const std::vector<char> zeros(size_t{1} << 20, 0);
     for (uint64_t done = 0; done < a.size();) {
       const uint64_t n = std::min<uint64_t>(a.size() - done, zeros.size());
-      if (bp_error* e = d.plugin->api()->buffer_write(d.handle, buf.handle, done, zeros.data(), n)) {
+      if (bp_error* e = d.plugin->api()->buffer_write(d.plugin->ctx(), d.handle, buf.handle, done, zeros.data(), n)) {
         const std::string why = take(*d.plugin, e);
-        d.plugin->api()->buffer_free(d.handle, buf.handle);
+        d.plugin->api()->buffer_free(d.plugin->ctx(), d.handle, buf.handle);
         return failure(BP_ERR_INTERNAL, "allocate on " + d.device->name() + ": clearing the buffer: " + why);
       }
       done += n;
@@ -359,8 +358,8 @@ Response Service::batch(State& st, const Batch& b) {
     if (auto e = range(w.buffer(), w.offset(), size, "write", buf); !e.empty())
       return failure(BP_ERR_INVALID_ARGUMENT, e);
     auto& d = *devices_[buf->device];
-    if (bp_error* e = d.plugin->api()->buffer_write(d.handle, buf->handle, w.offset(), src, size))
-      return failure(d.plugin->api()->error_code(e), "write on " + d.device->name() + ": " + take(*d.plugin, e));
+    if (bp_error* e = d.plugin->api()->buffer_write(d.plugin->ctx(), d.handle, buf->handle, w.offset(), src, size))
+      return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "write on " + d.device->name() + ": " + take(*d.plugin, e));
   }
   // Calls: checked (or a recorded sequence), then run.
   std::vector<CheckedCall> fresh;
@@ -391,7 +390,8 @@ Response Service::batch(State& st, const Batch& b) {
       if (api->infer_custom_op)
         ctx.infer_custom = [api, &d](const std::string& op, const std::vector<bp_dtype>& dts, const std::vector<bp_layout>& ls,
                                      const bp_op_params& p, bp_dtype& odt, bp_layout& ol) -> std::string {
-          if (bp_error* e = api->infer_custom_op(bp_string{op.data(), op.size()}, dts.data(), ls.data(), ls.size(), &p, &odt, &ol))
+          if (bp_error* e = api->infer_custom_op(d.plugin->ctx(), bp_string{op.data(), op.size()}, dts.data(), ls.data(),
+                                                 ls.size(), &p, &odt, &ol))
             return take(*d.plugin, e);
           return {};
         };
@@ -438,24 +438,28 @@ Response Service::batch(State& st, const Batch& b) {
         w.running.erase(id);
       }
     } unwatch{watch_, watch_id};
-    std::vector<uint32_t> begun;
+    // Each device's run, begun in `used` order.
+    std::vector<std::pair<uint32_t, bp_run*>> begun;
+    std::map<uint32_t, bp_run*> run_of;
     std::string error;
     bp_status_code code = BP_OK;
     int64_t failed_call = -1;
-    // A timed batch: each device that can times its calls (ABI 1.3).
+    // A timed batch: each device that can times its calls (BP_RUN_TIMED).
     auto timed = [&](const ServedDevice& d) {
       return b.timed() && times_calls(d.plugin->api());
     };
     for (auto dev : used) {
       auto& d = *devices_[dev];
-      auto* start = timed(d) ? d.plugin->api()->begin_timed : d.plugin->api()->begin;
-      if (start)
-        if (bp_error* e = start(d.handle)) {
-          code = d.plugin->api()->error_code(e);
+      const auto* api = d.plugin->api();
+      bp_run* run = nullptr;
+      if (api->begin)
+        if (bp_error* e = api->begin(d.plugin->ctx(), d.handle, timed(d) ? uint32_t{BP_RUN_TIMED} : 0u, &run)) {
+          code = api->error_code(d.plugin->ctx(), e);
           error = "begin on " + d.device->name() + ": " + take(*d.plugin, e);
           break;
         }
-      begun.push_back(dev);
+      begun.push_back({dev, run});
+      run_of[dev] = run;
     }
     // Each device's calls counted from its begin(), to map error_call_index back.
     std::map<uint32_t, std::vector<int64_t>> ordinal;
@@ -491,21 +495,33 @@ Response Service::batch(State& st, const Batch& b) {
       ctx.device = d.handle;
       ctx.host = d.plugin->host();
       ctx.kernel_index = c.kernel;
+      ctx.plugin = d.plugin->ctx();
+      ctx.run = run_of[c.device];
       const auto& kd = d.plugin->api()->kernels[c.kernel];
       if (progress_) progress_->store(static_cast<int64_t>(i));
       if (bp_error* e = kd.fn(&ctx, in_st.data(), in_st.size(), out_st.data(), out_st.size(), c.layouts.data(),
                               &c.params)) {
-        code = d.plugin->api()->error_code(e);
+        code = d.plugin->api()->error_code(d.plugin->ctx(), e);
         error = take(*d.plugin, e);
         failed_call = static_cast<int64_t>(i);
       }
     }
-    for (auto dev : begun) {
+    // Each device's call times of a timed batch, read as its run ends.
+    std::map<uint32_t, std::vector<uint64_t>> times;
+    for (auto [dev, run] : begun) {
       auto& d = *devices_[dev];
-      if (!d.plugin->api()->synchronize) continue;
-      if (bp_error* e = d.plugin->api()->synchronize(d.handle)) {
+      const auto* api = d.plugin->api();
+      if (!api->synchronize) continue;
+      const auto& ord = ordinal[dev];
+      std::vector<uint64_t>* ns = nullptr;
+      if (error.empty() && timed(d) && !ord.empty()) {
+        ns = &times[dev];
+        ns->assign(ord.size(), UINT64_MAX);
+      }
+      if (bp_error* e = api->synchronize(d.plugin->ctx(), d.handle, run, ns ? ns->data() : nullptr, ns ? ns->size() : 0)) {
+        times.erase(dev);
         int64_t idx = -1;
-        const bp_status_code c = d.plugin->api()->error_code(e);
+        const bp_status_code c = api->error_code(d.plugin->ctx(), e);
         std::string msg = take(*d.plugin, e, &idx);
         if (error.empty()) {
           code = c;
@@ -519,17 +535,9 @@ Response Service::batch(State& st, const Batch& b) {
     if (!error.empty()) return failure(code == BP_OK ? BP_ERR_INTERNAL : code, error, failed_call);
     if (b.timed()) {
       reply->mutable_call_ns()->Resize(static_cast<int>(calls->size()), UINT64_MAX);
-      std::vector<uint64_t> ns;
-      for (auto dev : begun) {
-        auto& d = *devices_[dev];
+      for (const auto& [dev, ns] : times) {
         const auto& ord = ordinal[dev];
-        if (!timed(d) || ord.empty()) continue;
-        ns.assign(ord.size(), UINT64_MAX);
-        if (bp_error* e = d.plugin->api()->call_device_times(d.handle, ns.data(), ns.size())) {
-          take(*d.plugin, e);  // times unknown: the calls ran; leave UINT64_MAX
-          continue;
-        }
-        for (size_t j = 0; j < ord.size(); ++j) reply->set_call_ns(static_cast<int>(ord[j]), ns[j]);
+        for (size_t j = 0; j < ord.size() && j < ns.size(); ++j) reply->set_call_ns(static_cast<int>(ord[j]), ns[j]);
       }
     }
   }
@@ -542,8 +550,8 @@ Response Service::batch(State& st, const Batch& b) {
       char* dst = shared(rd.shm_offset(), rd.size());
       if (!dst) return failure(BP_ERR_INVALID_ARGUMENT, "read: not inside the memory shared with this server");
       auto& d = *devices_[buf->device];
-      if (bp_error* e = d.plugin->api()->buffer_read(d.handle, buf->handle, rd.offset(), dst, rd.size()))
-        return failure(d.plugin->api()->error_code(e), "read on " + d.device->name() + ": " + take(*d.plugin, e));
+      if (bp_error* e = d.plugin->api()->buffer_read(d.plugin->ctx(), d.handle, buf->handle, rd.offset(), dst, rd.size()))
+        return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "read on " + d.device->name() + ": " + take(*d.plugin, e));
       continue;
     }
     total += rd.size();
@@ -551,8 +559,8 @@ Response Service::batch(State& st, const Batch& b) {
     auto& d = *devices_[buf->device];
     std::string* data = reply->add_reads();
     data->resize(rd.size());
-    if (bp_error* e = d.plugin->api()->buffer_read(d.handle, buf->handle, rd.offset(), data->data(), rd.size()))
-      return failure(d.plugin->api()->error_code(e), "read on " + d.device->name() + ": " + take(*d.plugin, e));
+    if (bp_error* e = d.plugin->api()->buffer_read(d.plugin->ctx(), d.handle, buf->handle, rd.offset(), data->data(), rd.size()))
+      return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "read on " + d.device->name() + ": " + take(*d.plugin, e));
   }
   return r;
 }

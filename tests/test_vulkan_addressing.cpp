@@ -26,7 +26,7 @@ bool any_ends_with(const std::vector<std::string>& v, const std::string& suffix)
 std::string description(VkAbi& vk) {
   bp_device_info info{};
   info.struct_size = sizeof info;
-  REQUIRE(vk.api->device_info(vk.dev, &info) == nullptr);
+  REQUIRE(vk.api->device_info(vk.plugin, vk.dev, &info) == nullptr);
   return std::string(info.description.data, info.description.len);
 }
 
@@ -38,9 +38,9 @@ bool small_add(VkAbi& vk) {
   auto y = vk.buffer(BP_DTYPE_F32, 1000, nullptr, 4);
   const uint32_t add = vk.kernel("add", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32});
   REQUIRE(vk.call(add, {&a, &a}, y) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
+  REQUIRE(vk.sync() == nullptr);
   std::vector<float> got(1000);
-  REQUIRE(vk.api->buffer_read(vk.dev, y.s.buffer_handle, 0, got.data(), 4000) == nullptr);
+  REQUIRE(vk.api->buffer_read(vk.plugin, vk.dev, y.s.buffer_handle, 0, got.data(), 4000) == nullptr);
   for (size_t i = 0; i < got.size(); ++i)
     if (got[i] != 2.0f * x[i]) return false;
   return true;
@@ -63,19 +63,19 @@ TEST_CASE("vulkan: operands within maxStorageBufferRange are descriptors, larger
   constexpr int64_t kStride = 40ll << 20;  // elements
   bp_buffer big{};
   big.struct_size = sizeof big;
-  REQUIRE(vk.api->buffer_allocate(vk.dev, static_cast<uint64_t>(kStride + 1) * 4, &big) == nullptr);
+  REQUIRE(vk.api->buffer_allocate(vk.plugin, vk.dev, static_cast<uint64_t>(kStride + 1) * 4, &big) == nullptr);
   const float v0 = 1.5f, v1 = -4.25f;
-  REQUIRE(vk.api->buffer_write(vk.dev, big.handle, 0, &v0, 4) == nullptr);
-  REQUIRE(vk.api->buffer_write(vk.dev, big.handle, static_cast<uint64_t>(kStride) * 4, &v1, 4) == nullptr);
+  REQUIRE(vk.api->buffer_write(vk.plugin, vk.dev, big.handle, 0, &v0, 4) == nullptr);
+  REQUIRE(vk.api->buffer_write(vk.plugin, vk.dev, big.handle, static_cast<uint64_t>(kStride) * 4, &v1, 4) == nullptr);
   auto xs = VkAbi::view(big, BP_DTYPE_F32, kStride + 1, 4);
   xs.l.shape[0] = 2;
   xs.l.strides[0] = kStride;
   auto y = vk.buffer(BP_DTYPE_F32, 2, nullptr, 4);
   const uint32_t add = vk.kernel("add", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32});
   REQUIRE(vk.call(add, {&xs, &xs}, y) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
+  REQUIRE(vk.sync() == nullptr);
   float got[2] = {0, 0};
-  REQUIRE(vk.api->buffer_read(vk.dev, y.s.buffer_handle, 0, got, 8) == nullptr);
+  REQUIRE(vk.api->buffer_read(vk.plugin, vk.dev, y.s.buffer_handle, 0, got, 8) == nullptr);
   CHECK(got[0] == 3.0f);
   CHECK(got[1] == -8.5f);
   const auto wide = created_pipelines();

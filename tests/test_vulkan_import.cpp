@@ -50,8 +50,8 @@ struct Vk : VkAbi {
     ok = false;
     bp_device_info info{};
     info.struct_size = sizeof info;
-    if (bp_error* e = api->device_info(dev, &info)) {
-      api->error_destroy(e);
+    if (bp_error* e = api->device_info(plugin, dev, &info)) {
+      api->error_destroy(plugin, e);
       return;
     }
     align = info.buffer_alignment;
@@ -62,17 +62,17 @@ struct Vk : VkAbi {
   bp_error* import(void* p, uint64_t bytes, bp_buffer* out) {
     *out = bp_buffer{};
     out->struct_size = sizeof *out;
-    return api->buffer_import_host(dev, p, bytes, out);
+    return api->buffer_import_host(plugin, dev, p, bytes, out);
   }
 
   // out = a + b (f32, n elements), one run: begin, the call, synchronize.
   void add(const bp_buffer& a, const bp_buffer& b, const bp_buffer& out, int64_t n) {
     const uint32_t k = kernel("add", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32});
     Buf x = view(a, BP_DTYPE_F32, n, 4), y = view(b, BP_DTYPE_F32, n, 4), o = view(out, BP_DTYPE_F32, n, 4);
-    REQUIRE(api->begin(dev) == nullptr);
+    REQUIRE(begin() == nullptr);
     bp_error* e = call(k, {&x, &y}, o);
     if (e) FAIL(error_text(api, e));
-    e = api->synchronize(dev);
+    e = sync();
     if (e) FAIL(error_text(api, e));
   }
 };
@@ -122,10 +122,10 @@ bool can_import(Vk& vk) {
   bp_error* e = vk.import(mem.p, 4096, &b);
   if (e) {
     WARN("vulkan0 imports no host memory: " << error_text(vk.api, e));
-    vk.api->error_destroy(e);
+    vk.api->error_destroy(vk.plugin, e);
     return false;
   }
-  vk.api->buffer_free(vk.dev, b.handle);
+  vk.api->buffer_free(vk.plugin, vk.dev, b.handle);
   return true;
 }
 
@@ -179,8 +179,8 @@ TEST_CASE("vulkan: imported host memory is what a kernel reads and writes", "[vu
   CHECK(ba.size == n * 4);
   CHECK(ba.handle != bo.handle);
   bb.struct_size = sizeof bb;
-  REQUIRE(vk.api->buffer_allocate(vk.dev, n * 4, &bb) == nullptr);
-  REQUIRE(vk.api->buffer_write(vk.dev, bb.handle, 0, bvals.data(), n * 4) == nullptr);
+  REQUIRE(vk.api->buffer_allocate(vk.plugin, vk.dev, n * 4, &bb) == nullptr);
+  REQUIRE(vk.api->buffer_write(vk.plugin, vk.dev, bb.handle, 0, bvals.data(), n * 4) == nullptr);
 
   vk.add(ba, bb, bo, n);
   // The kernel's output is in the host's memory, and nowhere around it.
@@ -192,10 +192,10 @@ TEST_CASE("vulkan: imported host memory is what a kernel reads and writes", "[vu
   }
   // buffer_read/write go to the same bytes.
   float got = 0;
-  REQUIRE(vk.api->buffer_read(vk.dev, bo.handle, 4 * 7, &got, 4) == nullptr);
+  REQUIRE(vk.api->buffer_read(vk.plugin, vk.dev, bo.handle, 4 * 7, &got, 4) == nullptr);
   CHECK(got == out[7]);
   const float nine = 9.f;
-  REQUIRE(vk.api->buffer_write(vk.dev, ba.handle, 4 * 3, &nine, 4) == nullptr);
+  REQUIRE(vk.api->buffer_write(vk.plugin, vk.dev, ba.handle, 4 * 3, &nine, 4) == nullptr);
   CHECK(a[3] == 9.f);
 
   // The host writes through its pointer; the next run reads it, no copy.
@@ -206,8 +206,8 @@ TEST_CASE("vulkan: imported host memory is what a kernel reads and writes", "[vu
 
   // Freeing releases the wrapper only: the memory stays the host's, intact
   // and usable (imported again, even).
-  vk.api->buffer_free(vk.dev, ba.handle);
-  vk.api->buffer_free(vk.dev, bo.handle);
+  vk.api->buffer_free(vk.plugin, vk.dev, ba.handle);
+  vk.api->buffer_free(vk.plugin, vk.dev, bo.handle);
   CHECK(out[5] == 5.f + bvals[5]);
   out[5] = -1.f;
   CHECK(out[5] == -1.f);
@@ -216,15 +216,15 @@ TEST_CASE("vulkan: imported host memory is what a kernel reads and writes", "[vu
   REQUIRE(vk.import(a, n * 4, &again) == nullptr);
   vk.add(again, bb, bb, n);  // bb = a + bb, read back through the plugin
   std::vector<float> sum(n);
-  REQUIRE(vk.api->buffer_read(vk.dev, bb.handle, 0, sum.data(), n * 4) == nullptr);
+  REQUIRE(vk.api->buffer_read(vk.plugin, vk.dev, bb.handle, 0, sum.data(), n * 4) == nullptr);
   CHECK(sum[10] == 10.f + bvals[10]);
-  vk.api->buffer_free(vk.dev, again.handle);
-  vk.api->buffer_free(vk.dev, bb.handle);
+  vk.api->buffer_free(vk.plugin, vk.dev, again.handle);
+  vk.api->buffer_free(vk.plugin, vk.dev, bb.handle);
   // Many imports and frees of the same memory: nothing accumulates.
   for (int i = 0; i < 200; ++i) {
     bp_buffer t{};
     REQUIRE(vk.import(mem.p + 4096, 2 * 4096, &t) == nullptr);
-    vk.api->buffer_free(vk.dev, t.handle);
+    vk.api->buffer_free(vk.plugin, vk.dev, t.handle);
   }
 }
 
@@ -237,33 +237,33 @@ TEST_CASE("vulkan: host memory the device cannot import is refused with the reas
   // Not aligned to the device's buffer_alignment (the ABI's promise broken).
   bp_error* e = vk.import(mem.p + 4, 64, &b);
   REQUIRE(e != nullptr);
-  CHECK(vk.api->error_code(e) == BP_ERR_INVALID_ARGUMENT);
+  CHECK(vk.api->error_code(vk.plugin, e) == BP_ERR_INVALID_ARGUMENT);
   CHECK_THAT(error_text(vk.api, e), Catch::Contains("not aligned to") &&
                                   Catch::Contains("buffer_alignment (" + std::to_string(vk.align) + " bytes)"));
-  vk.api->error_destroy(e);
+  vk.api->error_destroy(vk.plugin, e);
   CHECK(b.handle == 0);
   e = vk.import(nullptr, 64, &b);
   REQUIRE(e != nullptr);
-  CHECK(vk.api->error_code(e) == BP_ERR_INVALID_ARGUMENT);
-  vk.api->error_destroy(e);
+  CHECK(vk.api->error_code(vk.plugin, e) == BP_ERR_INVALID_ARGUMENT);
+  vk.api->error_destroy(vk.plugin, e);
   // More than one allocation may hold.
   e = vk.import(mem.p, uint64_t{1} << 62, &b);
   REQUIRE(e != nullptr);
-  CHECK(vk.api->error_code(e) == BP_ERR_OUT_OF_MEMORY);
+  CHECK(vk.api->error_code(vk.plugin, e) == BP_ERR_OUT_OF_MEMORY);
   CHECK_THAT(error_text(vk.api, e), Catch::Contains("allocates at most"));
-  vk.api->error_destroy(e);
+  vk.api->error_destroy(vk.plugin, e);
   {
     // Switched off: refused, so the host copies.
     EnvVar off("BACKPLANE_VULKAN_HOST_IMPORT", "0");
     e = vk.import(mem.p, 4096, &b);
     REQUIRE(e != nullptr);
-    CHECK(vk.api->error_code(e) == BP_ERR_UNAVAILABLE);
+    CHECK(vk.api->error_code(vk.plugin, e) == BP_ERR_UNAVAILABLE);
     CHECK_THAT(error_text(vk.api, e), Catch::Contains("BACKPLANE_VULKAN_HOST_IMPORT=0"));
-    vk.api->error_destroy(e);
+    vk.api->error_destroy(vk.plugin, e);
   }
   // An aligned pointer still imports after all those refusals.
   REQUIRE(vk.import(mem.p + vk.align, 100, &b) == nullptr);
-  vk.api->buffer_free(vk.dev, b.handle);
+  vk.api->buffer_free(vk.plugin, vk.dev, b.handle);
 }
 
 TEST_CASE("vulkan0 reads a wrap_host input and writes a bound host output in place", "[vulkan][import][tensor]") {

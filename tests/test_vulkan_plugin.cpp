@@ -48,11 +48,11 @@ void run_add_once() {
   const float a[4] = {1, 2, 3, 4};
   auto x = vk.buffer(BP_DTYPE_F32, 4, a, 4);
   auto y = vk.buffer(BP_DTYPE_F32, 4, nullptr, 4);
-  REQUIRE(vk.api->begin(vk.dev) == nullptr);
+  REQUIRE(vk.begin() == nullptr);
   REQUIRE(vk.call(vk.kernel("add", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}), {&x, &x}, y) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
+  REQUIRE(vk.sync() == nullptr);
   float out[4] = {};
-  REQUIRE(vk.api->buffer_read(vk.dev, y.s.buffer_handle, 0, out, sizeof out) == nullptr);
+  REQUIRE(vk.api->buffer_read(vk.plugin, vk.dev, y.s.buffer_handle, 0, out, sizeof out) == nullptr);
   CHECK(out[3] == 8.0f);
 }
 
@@ -89,44 +89,44 @@ TEST_CASE("vulkan: error_call_index names the kernel call whose dispatch failed"
   const uint32_t cast = vk.kernel("cast", {BP_DTYPE_F32, BP_DTYPE_I32});
 
   SECTION("integer division by zero in the second of three calls") {
-    REQUIRE(vk.api->begin(vk.dev) == nullptr);
+    REQUIRE(vk.begin() == nullptr);
     REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);  // call 0
     REQUIRE(vk.call(div, {&n, &d}, q) == nullptr);  // call 1: 9 / 0
     REQUIRE(vk.call(add, {&y, &x}, y) == nullptr);  // call 2
-    bp_error* e = vk.api->synchronize(vk.dev);
+    bp_error* e = vk.sync();
     REQUIRE(e != nullptr);
-    CHECK(vk.api->error_code(e) == BP_ERR_OUT_OF_RANGE);
+    CHECK(vk.api->error_code(vk.plugin, e) == BP_ERR_OUT_OF_RANGE);
     CHECK(error_text(vk.api, e).find("division by zero") != std::string::npos);
-    CHECK(vk.api->error_call_index(e) == 1);
-    vk.api->error_destroy(e);
+    CHECK(vk.api->error_call_index(vk.plugin, e) == 1);
+    vk.api->error_destroy(vk.plugin, e);
   }
   SECTION("a cast of NaN to an integer in the fourth call; counting restarts at begin()") {
-    REQUIRE(vk.api->begin(vk.dev) == nullptr);
+    REQUIRE(vk.begin() == nullptr);
     REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);
-    REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
-    REQUIRE(vk.api->begin(vk.dev) == nullptr);
+    REQUIRE(vk.sync() == nullptr);
+    REQUIRE(vk.begin() == nullptr);
     for (int i = 0; i < 3; ++i) REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);  // calls 0-2
     REQUIRE(vk.call(cast, {&bad}, q) == nullptr);                               // call 3
     REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);                              // call 4
-    bp_error* e = vk.api->synchronize(vk.dev);
+    bp_error* e = vk.sync();
     REQUIRE(e != nullptr);
     CHECK(error_text(vk.api, e).find("cast") != std::string::npos);
-    CHECK(vk.api->error_call_index(e) == 3);
-    vk.api->error_destroy(e);
+    CHECK(vk.api->error_call_index(vk.plugin, e) == 3);
+    vk.api->error_destroy(vk.plugin, e);
   }
   SECTION("errors that are no data error of a call say -1") {
     bp_buffer b{};
     b.struct_size = sizeof b;
-    bp_error* e = vk.api->buffer_read(vk.dev, 987654321, 0, &b, 4);  // unknown handle
+    bp_error* e = vk.api->buffer_read(vk.plugin, vk.dev, 987654321, 0, &b, 4);  // unknown handle
     REQUIRE(e != nullptr);
-    CHECK(vk.api->error_call_index(e) == -1);
-    vk.api->error_destroy(e);
-    CHECK(vk.api->error_call_index(nullptr) == -1);
+    CHECK(vk.api->error_call_index(vk.plugin, e) == -1);
+    vk.api->error_destroy(vk.plugin, e);
+    CHECK(vk.api->error_call_index(vk.plugin, nullptr) == -1);
   }
   // The device works on after a data error.
-  REQUIRE(vk.api->begin(vk.dev) == nullptr);
+  REQUIRE(vk.begin() == nullptr);
   REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
+  REQUIRE(vk.sync() == nullptr);
 }
 
 TEST_CASE("vulkan: the pipeline cache is written once per device and reloaded", "[vulkan][cache]") {

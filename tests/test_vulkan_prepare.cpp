@@ -27,7 +27,7 @@ size_t pipelines_created() {
 
 std::vector<float> read4(VkAbi& vk, const VkAbi::Buf& b) {
   std::vector<float> out(4, -1.0f);
-  REQUIRE(vk.api->buffer_read(vk.dev, b.s.buffer_handle, 0, out.data(), 16) == nullptr);
+  REQUIRE(vk.api->buffer_read(vk.plugin, vk.dev, b.s.buffer_handle, 0, out.data(), 16) == nullptr);
   return out;
 }
 
@@ -36,8 +36,7 @@ std::vector<float> read4(VkAbi& vk, const VkAbi::Buf& b) {
 TEST_CASE("vulkan: a preparing run compiles its pipelines and runs nothing", "[vulkan][prepare][abi]") {
   VkAbi vk(keep_log);
   if (!vk.ready()) return;
-  REQUIRE(vk.api->struct_size >= offsetof(bp_plugin_api, begin_prepare) + sizeof(void*));
-  REQUIRE(vk.api->begin_prepare != nullptr);
+  REQUIRE((vk.api->run_flags & BP_RUN_PREPARE) != 0);
   const float a[4] = {1, 2, 3, 4};
   const float sevens[4] = {7, 7, 7, 7};
   auto x = vk.buffer(BP_DTYPE_F32, 4, a, 4);
@@ -46,22 +45,22 @@ TEST_CASE("vulkan: a preparing run compiles its pipelines and runs nothing", "[v
   const uint32_t exp = vk.kernel("exp", {BP_DTYPE_F32, BP_DTYPE_F32});
 
   const size_t before = pipelines_created();
-  REQUIRE(vk.api->begin_prepare(vk.dev) == nullptr);
+  REQUIRE(vk.begin(BP_RUN_PREPARE) == nullptr);
   REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);
   REQUIRE(vk.call(exp, {&x}, y) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
+  REQUIRE(vk.sync() == nullptr);
   const size_t prepared = pipelines_created();
   CHECK(prepared >= before + 2);  // add's and exp's, ready when synchronize returned
   CHECK(read4(vk, y) == std::vector<float>{7, 7, 7, 7});  // nothing ran
 
   // The real run: the same calls, no new pipeline, the values computed.
-  REQUIRE(vk.api->begin(vk.dev) == nullptr);
+  REQUIRE(vk.begin() == nullptr);
   REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
+  REQUIRE(vk.sync() == nullptr);
   CHECK(read4(vk, y) == std::vector<float>{2, 4, 6, 8});
-  REQUIRE(vk.api->begin(vk.dev) == nullptr);
+  REQUIRE(vk.begin() == nullptr);
   REQUIRE(vk.call(exp, {&x}, y) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
+  REQUIRE(vk.sync() == nullptr);
   const auto e = read4(vk, y);
   for (int i = 0; i < 4; ++i) CHECK(e[static_cast<size_t>(i)] == Approx(std::exp(static_cast<double>(a[i]))).epsilon(1e-6));
   CHECK(pipelines_created() == prepared);
@@ -70,16 +69,16 @@ TEST_CASE("vulkan: a preparing run compiles its pipelines and runs nothing", "[v
   // keeps working; a preparing run with no calls is fine.
   auto stale = x;
   stale.s.buffer_handle = 0xdead0001;  // no such buffer
-  REQUIRE(vk.api->begin_prepare(vk.dev) == nullptr);
+  REQUIRE(vk.begin(BP_RUN_PREPARE) == nullptr);
   bp_error* refused = vk.call(add, {&stale, &x}, y);
   CHECK(refused != nullptr);
-  if (refused) vk.api->error_destroy(refused);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
-  REQUIRE(vk.api->begin_prepare(vk.dev) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
-  REQUIRE(vk.api->begin(vk.dev) == nullptr);
+  if (refused) vk.api->error_destroy(vk.plugin, refused);
+  REQUIRE(vk.sync() == nullptr);
+  REQUIRE(vk.begin(BP_RUN_PREPARE) == nullptr);
+  REQUIRE(vk.sync() == nullptr);
+  REQUIRE(vk.begin() == nullptr);
   REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
+  REQUIRE(vk.sync() == nullptr);
   CHECK(read4(vk, y) == std::vector<float>{2, 4, 6, 8});
 }
 

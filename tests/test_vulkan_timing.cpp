@@ -109,45 +109,45 @@ void quiet_log(void*, bp_log_level, bp_string) {}
 
 bp_status_code code_of(const bp_plugin_api* api, bp_error* e) {
   if (!e) return BP_OK;
-  const bp_status_code c = api->error_code(e);
-  api->error_destroy(e);
+  const bp_status_code c = api->error_code(nullptr, e);
+  api->error_destroy(nullptr, e);
   return c;
 }
 
 }  // namespace
 
-TEST_CASE("vulkan: call_device_times gives one time per call and checks the count", "[vulkan][timing][abi]") {
+TEST_CASE("vulkan: a timed run gives one time per call and checks the count", "[vulkan][timing][abi]") {
   VkAbi vk(quiet_log);
   if (!vk.ready()) return;
-  REQUIRE(vk.api->struct_size >= offsetof(bp_plugin_api, call_device_times) + sizeof(void*));
-  REQUIRE(vk.api->begin_timed != nullptr);
-  REQUIRE(vk.api->call_device_times != nullptr);
+  REQUIRE((vk.api->run_flags & BP_RUN_TIMED) != 0);
   const float a[4] = {1, 2, 3, 4};
   auto x = vk.buffer(BP_DTYPE_F32, 4, a, 4);
   auto y = vk.buffer(BP_DTYPE_F32, 4, nullptr, 4);
   const uint32_t add = vk.kernel("add", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32});
+  auto timed_run = [&](size_t calls, size_t asked, uint64_t* ns) {
+    REQUIRE(vk.begin(BP_RUN_TIMED) == nullptr);
+    for (size_t i = 0; i < calls; ++i) REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);
+    return code_of(vk.api, vk.sync(ns, asked));
+  };
 
-  REQUIRE(vk.api->begin_timed(vk.dev) == nullptr);
-  for (int i = 0; i < 3; ++i) REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
+  std::vector<uint64_t> ns(4, 12345);
+  // A count that is not the run's number of calls is refused (the run ends).
+  CHECK(timed_run(3, 2, ns.data()) == BP_ERR_INVALID_ARGUMENT);
+  CHECK(timed_run(3, 4, ns.data()) == BP_ERR_INVALID_ARGUMENT);
+  REQUIRE(timed_run(3, 3, ns.data()) == BP_OK);
+  for (size_t i = 0; i < 3; ++i) CHECK(ns[i] != 12345);  // each written: a time, or UINT64_MAX where unsupported
+  CHECK(ns[3] == 12345);                                 // nothing past the count
   float out[4] = {};
-  REQUIRE(vk.api->buffer_read(vk.dev, y.s.buffer_handle, 0, out, sizeof out) == nullptr);
+  REQUIRE(vk.api->buffer_read(vk.plugin, vk.dev, y.s.buffer_handle, 0, out, sizeof out) == nullptr);
   CHECK(out[2] == 6.0f);
 
-  std::vector<uint64_t> ns(3, 12345);
-  CHECK(code_of(vk.api, vk.api->call_device_times(vk.dev, ns.data(), 2)) == BP_ERR_INVALID_ARGUMENT);
-  CHECK(code_of(vk.api, vk.api->call_device_times(vk.dev, ns.data(), 4)) == BP_ERR_INVALID_ARGUMENT);
-  REQUIRE(code_of(vk.api, vk.api->call_device_times(vk.dev, ns.data(), 3)) == BP_OK);
-  for (uint64_t t : ns) CHECK(t != 12345);  // each written: a time, or UINT64_MAX where unsupported
-
-  // A run started with begin() is not timed: asking is an error.
-  REQUIRE(vk.api->begin(vk.dev) == nullptr);
+  // A run begun without BP_RUN_TIMED writes no times.
+  std::fill(ns.begin(), ns.end(), 12345);
+  REQUIRE(vk.begin() == nullptr);
   REQUIRE(vk.call(add, {&x, &x}, y) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
-  CHECK(code_of(vk.api, vk.api->call_device_times(vk.dev, ns.data(), 1)) == BP_ERR_INVALID_ARGUMENT);
+  REQUIRE(code_of(vk.api, vk.sync(ns.data(), 1)) == BP_OK);
+  CHECK(ns[0] == 12345);
 
-  // A timed run with no calls: zero times.
-  REQUIRE(vk.api->begin_timed(vk.dev) == nullptr);
-  REQUIRE(vk.api->synchronize(vk.dev) == nullptr);
-  CHECK(code_of(vk.api, vk.api->call_device_times(vk.dev, ns.data(), 0)) == BP_OK);
+  // A timed run with no calls: nothing to write.
+  CHECK(timed_run(0, 0, ns.data()) == BP_OK);
 }

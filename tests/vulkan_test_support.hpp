@@ -214,7 +214,7 @@ inline void serial_for(void*, int64_t n, int64_t, bp_parallel_fn fn, void* user)
 inline uint32_t one_thread(void*) { return 1; }
 
 inline std::string error_text(const bp_plugin_api* api, const bp_error* e) {
-  const bp_string m = api->error_message(e);
+  const bp_string m = api->error_message(nullptr, e);
   return std::string(m.data ? m.data : "", m.len);
 }
 
@@ -254,8 +254,10 @@ inline std::vector<std::string> created_pipelines() {
 struct VkAbi {
   void* lib = nullptr;
   const bp_plugin_api* api = nullptr;
+  void* plugin = nullptr;  // what initialize returned
   bp_host_api host{};
   bp_device* dev = nullptr;
+  bp_run* run = nullptr;  // the open run (begin() .. sync())
   bool ok = false;
 
   explicit VkAbi(LogFn log = nullptr) {
@@ -279,15 +281,16 @@ struct VkAbi {
     host.log = log;
     host.parallel_for = serial_for;
     host.num_threads = one_thread;
-    if (bp_error* e = api->initialize(&host)) {
-      api->error_destroy(e);
+    if (bp_error* e = api->initialize(api, &host, &plugin)) {
+      api->error_destroy(plugin, e);
+      api = nullptr;
       return;
     }
-    if (api->device_count() == 0 || api->device_get(0, &dev) != nullptr || !dev) return;
+    if (api->device_count(plugin) == 0 || api->device_get(plugin, 0, &dev) != nullptr || !dev) return;
     ok = true;
   }
   ~VkAbi() {
-    if (api) api->shutdown();
+    if (api) api->shutdown(plugin);
     if (lib) dlclose(lib);
   }
   VkAbi(const VkAbi&) = delete;
@@ -334,13 +337,27 @@ struct VkAbi {
   Buf buffer(bp_dtype dt, int64_t n, const void* bytes, size_t elem) {
     bp_buffer b{};
     b.struct_size = sizeof b;
-    REQUIRE(api->buffer_allocate(dev, static_cast<uint64_t>(n) * elem, &b) == nullptr);
-    if (bytes) REQUIRE(api->buffer_write(dev, b.handle, 0, bytes, static_cast<uint64_t>(n) * elem) == nullptr);
+    REQUIRE(api->buffer_allocate(plugin, dev, static_cast<uint64_t>(n) * elem, &b) == nullptr);
+    if (bytes) REQUIRE(api->buffer_write(plugin, dev, b.handle, 0, bytes, static_cast<uint64_t>(n) * elem) == nullptr);
     return view(b, dt, n, elem);
   }
 
-  // Calls kernel `k` on `in` writing `out`; returns its error (nullptr: ok).
+  // Opens a run with BP_RUN_* flags (REQUIREs that no run is open).
+  bp_error* begin(uint32_t flags = 0) {
+    REQUIRE(run == nullptr);
+    return api->begin(plugin, dev, flags, &run);
+  }
+  // Ends the open run (a timed one writing n call times to ns).
+  bp_error* sync(uint64_t* ns = nullptr, size_t n = 0) {
+    bp_run* r = run;
+    run = nullptr;
+    return api->synchronize(plugin, dev, r, ns, n);
+  }
+
+  // Calls kernel `k` on `in` writing `out` in the open run (one is opened
+  // when none is); returns its error (nullptr: ok).
   bp_error* call(uint32_t k, std::vector<Buf*> in, Buf& out) {
+    if (run == nullptr) REQUIRE(begin() == nullptr);
     std::vector<bp_storage> s;
     std::vector<bp_layout> l;
     for (Buf* b : in) {
@@ -353,6 +370,8 @@ struct VkAbi {
     ctx.device = dev;
     ctx.host = &host;
     ctx.kernel_index = k;
+    ctx.plugin = plugin;
+    ctx.run = run;
     return api->kernels[k].fn(&ctx, s.data(), s.size(), &out.s, 1, l.data(), nullptr);
   }
 };

@@ -27,7 +27,7 @@ struct AbiCheck {
 };
 
 // Calls the entry symbol the way different hosts would: a smaller (older) and a
-// larger (newer) query struct, a newer minor, a major range without 1, and
+// larger (newer) query struct, a newer minor, a major range it cannot speak, and
 // checks the answers and the table's required functions.
 std::vector<AbiCheck> probe_abi(const std::filesystem::path& library) {
   std::vector<AbiCheck> out;
@@ -62,30 +62,42 @@ std::vector<AbiCheck> probe_abi(const std::filesystem::path& library) {
     const bp_status_code rc = entry(&big.q, &api);
     return std::make_pair(rc, api);
   };
-  auto [rc, api] = query(sizeof(bp_plugin_query), BP_ABI_VERSION_MAJOR, BP_ABI_VERSION_MAJOR, BP_ABI_VERSION_MINOR);
-  out.push_back({"handshake at the host's version", rc == BP_OK && api != nullptr, "status " + std::to_string(rc)});
+  // This host speaks majors 1 (adapted) and 2.
+  auto [rc, api] = query(sizeof(bp_plugin_query), 1, BP_ABI_VERSION_MAJOR, BP_ABI_VERSION_MINOR);
+  out.push_back({"handshake at the host's versions", rc == BP_OK && api != nullptr, "status " + std::to_string(rc)});
   if (rc != BP_OK || !api) return out;
-  out.push_back({"API table struct_size covers ABI 1.0", api->struct_size >= offsetof(bp_plugin_api, infer_custom_op),
-                 "struct_size " + std::to_string(api->struct_size)});
-  out.push_back({"answers ABI major " + std::to_string(BP_ABI_VERSION_MAJOR), api->abi_major == BP_ABI_VERSION_MAJOR,
-                 "abi " + std::to_string(api->abi_major) + "." + std::to_string(api->abi_minor)});
-  const bool required = api->error_code && api->error_message && api->error_destroy && api->initialize &&
-                        api->device_count && api->device_get && api->device_info && api->buffer_allocate &&
-                        api->buffer_free && api->buffer_read && api->buffer_write;
-  out.push_back({"required functions present", required, required ? "" : "a required function pointer is NULL"});
-  std::string optional;
-  for (auto [name, present] : {std::pair{"begin", api->begin != nullptr}, {"synchronize", api->synchronize != nullptr},
-                               {"device_supports_kernel", api->device_supports_kernel != nullptr},
-                               {"infer_custom_op", api->infer_custom_op != nullptr}, {"shutdown", api->shutdown != nullptr}})
-    optional += std::string(optional.empty() ? "" : ", ") + name + (present ? "" : " (absent)");
-  out.push_back({"optional functions (absent ones are fine)", true, optional});
-  auto r1 = query(offsetof(bp_plugin_query, error_buffer), 1, 1, 0);  // an older host: no error buffer fields
+  const uint32_t major = api->abi_major;
+  const std::string theirs = std::to_string(major) + "." + std::to_string(api->abi_minor);
+  out.push_back({"answers a major this host speaks (1 or " + std::to_string(BP_ABI_VERSION_MAJOR) + ")",
+                 major == 1 || major == BP_ABI_VERSION_MAJOR, "abi " + theirs});
+  if (major == BP_ABI_VERSION_MAJOR) {
+    const size_t need = offsetof(bp_plugin_api, infer_custom_op) + sizeof(void*);
+    out.push_back({"API table struct_size covers ABI 2.0", api->struct_size >= need,
+                   "struct_size " + std::to_string(api->struct_size)});
+    if (api->struct_size < need) return out;
+    const bool required = api->error_code && api->error_message && api->error_destroy && api->initialize &&
+                          api->device_count && api->device_get && api->device_info && api->buffer_allocate &&
+                          api->buffer_free && api->buffer_read && api->buffer_write;
+    out.push_back({"required functions present", required, required ? "" : "a required function pointer is NULL"});
+    out.push_back({"begin and synchronize set together", (api->begin == nullptr) == (api->synchronize == nullptr), ""});
+    std::string optional;
+    for (auto [name, present] : {std::pair{"begin", api->begin != nullptr}, {"synchronize", api->synchronize != nullptr},
+                                 {"device_supports_kernel", api->device_supports_kernel != nullptr},
+                                 {"infer_custom_op", api->infer_custom_op != nullptr}, {"shutdown", api->shutdown != nullptr},
+                                 {"buffer_import_host", api->buffer_import_host != nullptr},
+                                 {"error_call_index", api->error_call_index != nullptr}})
+      optional += std::string(optional.empty() ? "" : ", ") + name + (present ? "" : " (absent)");
+    out.push_back({"optional functions (absent ones are fine)", true, optional});
+  } else {
+    out.push_back({"ABI 1.x table (the host adapts it; its load checks the entries)", true, "abi " + theirs});
+  }
+  auto r1 = query(offsetof(bp_plugin_query, error_buffer), 1, major, 0);  // an older host: no error buffer fields
   out.push_back({"smaller query struct (older host)", r1.first == BP_OK && r1.second, "status " + std::to_string(r1.first)});
-  auto r2 = query(sizeof(BigQuery), 1, 1, BP_ABI_VERSION_MINOR);  // a newer host
+  auto r2 = query(sizeof(BigQuery), 1, BP_ABI_VERSION_MAJOR, BP_ABI_VERSION_MINOR);  // a newer host
   out.push_back({"larger query struct (newer host)", r2.first == BP_OK && r2.second, "status " + std::to_string(r2.first)});
-  auto r3 = query(sizeof(bp_plugin_query), 1, 1, 99);  // a newer minor the plugin does not know
+  auto r3 = query(sizeof(bp_plugin_query), major, major, 99);  // a newer minor the plugin does not know
   out.push_back({"unknown newer minor version", r3.first == BP_OK && r3.second, "status " + std::to_string(r3.first)});
-  auto r4 = query(sizeof(bp_plugin_query), 2, 3, 0);  // majors it cannot speak
+  auto r4 = query(sizeof(bp_plugin_query), 7, 8, 0);  // majors it cannot speak
   out.push_back({"refuses majors it does not speak, with a reason", r4.first == BP_ERR_INCOMPATIBLE && !r4.second && reason[0],
                  "status " + std::to_string(r4.first) + (reason[0] ? std::string(": ") + reason : std::string(" (no reason)"))});
   return out;

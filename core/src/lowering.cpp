@@ -284,7 +284,7 @@ class Lowerer {
       }
       bp_dtype out_dt = BP_DTYPE_INVALID;
       bp_layout out_l{};
-      plugin.check(api->infer_custom_op({node.op.data(), node.op.size()}, dts.data(), ls.data(), ls.size(),
+      plugin.check(api->infer_custom_op(plugin.ctx(), {node.op.data(), node.op.size()}, dts.data(), ls.data(), ls.size(),
                                         &n.params, &out_dt, &out_l),
                    where);
       if (dtype_size(out_dt) == 0 || out_l.rank > BP_MAX_RANK)

@@ -73,6 +73,7 @@ struct VBuf {
   int def_step = -1;  // -1: graph input/constant (live from the start)
   int last_use = -1;
   bool pinned = false;  // graph inputs, constants, outputs, zero-copy aliases: never shared
+  bool constant = false;  // a graph constant: written once when the plan is built
   int cell = -1;
   int alias_of = -1;          // zero-copy transfer: the vbuf whose memory this one imports
   uint64_t alias_offset = 0;  // bytes from that vbuf's start
@@ -92,6 +93,7 @@ struct Step {
   bp_op_params params{};
   std::string custom_json;
   std::vector<bp_storage> in_st;
+  std::vector<uint32_t> in_flags;  // BP_INPUT_* per input (kernel context)
   bp_storage out_st{};
   std::vector<bp_layout> layouts;
   std::vector<bp_bundle_slot> slots;
@@ -250,6 +252,7 @@ class Builder {
     for (auto& [v, t] : l_.constants) {
       const Value& val = p_.values[v];
       p_.cell_of(val).write(val.byte_offset, t->data(), t->nbytes());
+      p_.vbufs[val.root].constant = true;
     }
     finalize();
   }
@@ -324,9 +327,7 @@ class Builder {
       // Zero-copy when the destination can address the source's memory.
       const PlanDevice& a = p_.devs[from];
       const PlanDevice& b = p_.devs[dev];
-      if (a.host_addressable &&
-          has_field(b.plugin->api(), &bp_plugin_api::buffer_import_host) &&
-          b.plugin->api()->buffer_import_host && st.src_offset % b.align == 0) {
+      if (a.host_addressable && b.plugin->api()->buffer_import_host && st.src_offset % b.align == 0) {
         // (Whether the source buffer itself is aligned enough is known at
         // allocation; a refused import falls back to a copy there.)
         st.zero_copy = true;
@@ -542,7 +543,7 @@ class Builder {
           cell.size = vb.size;  // exactly the imported span
           char* ptr = src.host_ptr ? static_cast<char*>(src.host_ptr) + vb.alias_offset : nullptr;
           if (ptr && reinterpret_cast<uintptr_t>(ptr) % d.align == 0) {
-            bp_error* err = d.plugin->api()->buffer_import_host(cell.device, ptr, cell.size, &b);
+            bp_error* err = d.plugin->api()->buffer_import_host(d.plugin->ctx(), cell.device, ptr, cell.size, &b);
             if (err == nullptr && b.host_ptr == ptr) {
               cell.handle = b.handle;
               cell.host_ptr = b.host_ptr;
@@ -552,7 +553,7 @@ class Builder {
             d.plugin->take_error(err);
           }
           // The import was refused: fall back to a copy into a buffer of its own.
-          if (b.handle) d.plugin->api()->buffer_free(cell.device, b.handle);
+          if (b.handle) d.plugin->api()->buffer_free(d.plugin->ctx(), cell.device, b.handle);
           cell.size = std::max<uint64_t>(vb.size, d.align);
           b = bp_buffer{};
           b.struct_size = sizeof b;
@@ -563,7 +564,7 @@ class Builder {
             }
         }
         d.plugin->check(
-            d.plugin->api()->buffer_allocate(cell.device, cell.size, &b),
+            d.plugin->api()->buffer_allocate(d.plugin->ctx(), cell.device, cell.size, &b),
             "allocating " + std::to_string(cell.size) + " bytes on device '" + d.device->name() + "'");
         cell.handle = b.handle;
         cell.host_ptr = b.host_ptr;
@@ -580,6 +581,7 @@ class Builder {
     for (auto& d : p_.devs) {
       d.ctx.struct_size = sizeof(bp_kernel_context);
       d.ctx.device = d.handle;
+      d.ctx.plugin = d.plugin->ctx();
     }
     p_.refresh();
   }
@@ -609,6 +611,7 @@ void Plan::Impl::refresh() {
       continue;
     }
     st.in_st.resize(st.inputs.size());
+    st.in_flags.assign(st.inputs.size(), 0);
     st.layouts.clear();
     for (size_t i = 0; i < st.inputs.size(); ++i) {
       if (st.inputs[i] < 0) {
@@ -620,6 +623,7 @@ void Plan::Impl::refresh() {
       }
       const Value& v = p.values[st.inputs[i]];
       p.fill_storage(st.in_st[i], v);
+      if (p.vbufs[v.root].constant) st.in_flags[i] |= BP_INPUT_CONSTANT;
       st.layouts.push_back(st.in_layouts[i].to_bp());
       const int c = p.vbufs[v.root].cell;
       need(c, 1);
@@ -994,15 +998,16 @@ void Plan::execute() {
   }
 }
 
-// ABI 1.4: one preparing run per device that has begin_prepare, calling its
-// kernels with the plan's own arguments; nothing runs. An error here is
-// dropped: the real run meets it again and names its node.
+// One preparing run (BP_RUN_PREPARE) per device whose plugin offers it,
+// calling its kernels with the plan's own arguments; nothing runs. An error
+// here is dropped: the real run meets it again and names its node.
 void Plan::Impl::prepare() {
   for (size_t d = 0; d < devs.size(); ++d) {
     const Plugin& plugin = *devs[d].plugin;
     const bp_plugin_api* api = plugin.api();
     if (!prepares_calls(api)) continue;
-    if (bp_error* err = api->begin_prepare(devs[d].handle)) {
+    bp_run* run = nullptr;
+    if (bp_error* err = api->begin(plugin.ctx(), devs[d].handle, BP_RUN_PREPARE, &run)) {
       plugin.take_error(err);
       continue;
     }
@@ -1010,10 +1015,12 @@ void Plan::Impl::prepare() {
       if (st.transfer || static_cast<size_t>(st.dev) != d) continue;
       auto ctx = devs[d].ctx;
       ctx.kernel_index = static_cast<uint32_t>(st.kernel);
+      ctx.run = run;
+      ctx.input_flags = st.in_flags.data();
       if (bp_error* err = st.fn(&ctx, st.in_st.data(), st.in_st.size(), &st.out_st, 1, st.layouts.data(), &st.params))
         plugin.take_error(err);
     }
-    if (bp_error* err = api->synchronize(devs[d].handle)) plugin.take_error(err);
+    if (bp_error* err = api->synchronize(plugin.ctx(), devs[d].handle, run, nullptr, 0)) plugin.take_error(err);
   }
 }
 
@@ -1024,56 +1031,56 @@ void Plan::Impl::execute() {
       throw Error("input '" + p.inputs[i].first + "' was never set (Plan::set_input or run)",
                   BP_ERR_INVALID_ARGUMENT);
   RunLocks locks(p.lock_order);
-  // Which devices have work enqueued since their last synchronize.
+  // Each device's open run (begin() .. synchronize()), if any.
   std::vector<char> pending(p.devs.size(), 0);
+  std::vector<bp_run*> runs(p.devs.size(), nullptr);
   p.calls.resize(p.devs.size());
   p.sync_seconds.assign(p.devs.size(), 0.0);
   // This run's device times only (a call not measured now shows none).
   if (p.profile) std::fill(p.step_device_seconds.begin(), p.step_device_seconds.end(), -1.0);
   // `what` names the step for an error; nullptr: the run on that device
   // (the text is built only when there is an error).
-  // ABI 1.3: a profiled run asks each device that can for its own time of
-  // every kernel call since begin_timed().
+  // A profiled run asks each device that can (BP_RUN_TIMED) for its own
+  // time of every kernel call of the run.
   auto timed = [&](size_t d) { return p.profile && times_calls(p.devs[d].plugin->api()); };
-  auto read_device_times = [&](size_t d) {
-    if (!timed(d) || p.calls[d].empty()) return;
-    std::vector<uint64_t> ns(p.calls[d].size(), UINT64_MAX);
-    const Plugin& plugin = *p.devs[d].plugin;
-    plugin.check(plugin.api()->call_device_times(p.devs[d].handle, ns.data(), ns.size()),
-                 "device '" + p.devs[d].device->name() + "': call_device_times");
-    for (size_t i = 0; i < ns.size(); ++i)
-      if (ns[i] != UINT64_MAX) p.step_device_seconds[static_cast<size_t>(p.calls[d][i])] = static_cast<double>(ns[i]) * 1e-9;
-  };
   auto sync = [&](size_t d, const std::string* what) {
     pending[d] = 0;
     const Plugin& plugin = *p.devs[d].plugin;
     auto* api = plugin.api();
     if (!api->synchronize) return;
+    const bool with_times = timed(d) && !p.calls[d].empty();
+    std::vector<uint64_t> ns(with_times ? p.calls[d].size() : 0, UINT64_MAX);
     const auto t0 = p.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    bp_error* err = api->synchronize(p.devs[d].handle);
+    bp_run* run = runs[d];
+    runs[d] = nullptr;
+    bp_error* err = api->synchronize(plugin.ctx(), p.devs[d].handle, run, with_times ? ns.data() : nullptr, ns.size());
     if (p.profile) p.sync_seconds[d] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!err) {
-      read_device_times(d);
+      for (size_t i = 0; i < ns.size(); ++i)
+        if (ns[i] != UINT64_MAX)
+          p.step_device_seconds[static_cast<size_t>(p.calls[d][i])] = static_cast<double>(ns[i]) * 1e-9;
       return;
     }
-    // ABI 1.2: the plugin may say which kernel call's work failed; name its
-    // step as for an error the kernel returned itself.
-    const auto code = api->error_code(err);
+    // The plugin may say which kernel call's work failed; name its step as
+    // for an error the kernel returned itself.
+    const auto code = api->error_code(plugin.ctx(), err);
     std::string where = what ? *what : "running the plan on device '" + p.devs[d].device->name() + "'";
-    if (has_field(api, &bp_plugin_api::error_call_index) && api->error_call_index) {
-      const int64_t i = api->error_call_index(err);
+    if (api->error_call_index) {
+      const int64_t i = api->error_call_index(plugin.ctx(), err);
       if (i >= 0 && static_cast<uint64_t>(i) < p.calls[d].size())
         where = p.steps[static_cast<size_t>(p.calls[d][static_cast<size_t>(i)])].what;
     }
     throw Error(where + ": " + plugin.take_error(err), code);
   };
   auto sync_for_run = [&](size_t d) { sync(d, nullptr); };
-  // On an error, drain every device (keeping the first error) before throwing.
+  // On an error, end every open run (keeping the first error) before throwing.
   auto drain = [&]() {
     for (size_t d = 0; d < p.devs.size(); ++d)
       if (pending[d] && p.devs[d].plugin->api()->synchronize) {
         pending[d] = 0;
-        p.devs[d].plugin->take_error(p.devs[d].plugin->api()->synchronize(p.devs[d].handle));
+        const Plugin& plugin = *p.devs[d].plugin;
+        plugin.take_error(plugin.api()->synchronize(plugin.ctx(), p.devs[d].handle, runs[d], nullptr, 0));
+        runs[d] = nullptr;
       }
   };
   using Clock = std::chrono::steady_clock;
@@ -1110,10 +1117,9 @@ void Plan::Impl::execute() {
       const PlanDevice& d = p.devs[st.dev];
       const bp_plugin_api* api = d.plugin->api();
       if (!pending[st.dev]) {
-        if (timed(st.dev))
-          d.plugin->check(api->begin_timed(d.handle), "device '" + d.device->name() + "': begin_timed");
-        else if (api->begin)
-          d.plugin->check(api->begin(d.handle), "device '" + d.device->name() + "': begin");
+        if (api->begin)
+          d.plugin->check(api->begin(d.plugin->ctx(), d.handle, timed(st.dev) ? uint32_t{BP_RUN_TIMED} : 0u, &runs[st.dev]),
+                          "device '" + d.device->name() + "': begin");
         pending[st.dev] = 1;
         p.calls[st.dev].clear();
       }
@@ -1134,12 +1140,14 @@ void Plan::Impl::execute() {
       }
       auto ctx = d.ctx;
       ctx.kernel_index = static_cast<uint32_t>(st.kernel);
+      ctx.run = runs[st.dev];
+      ctx.input_flags = st.in_flags.data();
       if (p.profile) started = Clock::now();
       bp_error* err =
           st.fn(&ctx, st.in_st.data(), st.in_st.size(), &st.out_st, 1, st.layouts.data(), &st.params);
       if (p.profile) p.step_seconds[s] = std::chrono::duration<double>(Clock::now() - started).count();
       if (err) {
-        const auto code = api->error_code(err);
+        const auto code = api->error_code(d.plugin->ctx(), err);
         const std::string msg = d.plugin->take_error(err);
         throw Error(st.what + ": " + msg, code);
       }

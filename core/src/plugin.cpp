@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <boost/dll/import.hpp>
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -150,10 +151,20 @@ std::vector<KernelInfo> kernels_of(const bp_plugin_api* api) {
 
 namespace {
 
+// The version the host speaks, as text.
+std::string host_abi() { return std::to_string(BP_ABI_VERSION_MAJOR) + "." + std::to_string(BP_ABI_VERSION_MINOR); }
+
+// What a library answered the handshake with: its table, of major 1 or 2.
+struct Answer {
+  const void* table = nullptr;
+  uint32_t major = 0, minor = 0;
+  size_t struct_size = 0;
+};
+
 // Opens a library and runs the version handshake. Throws Error with a message
-// that names the library.
-const bp_plugin_api* open_library(boost::dll::shared_library& lib, const std::filesystem::path& path,
-                                  const std::string& who, const std::string& instance = {}) {
+// that names the library and both versions when they do not fit.
+Answer open_library(boost::dll::shared_library& lib, const std::filesystem::path& path, const std::string& who,
+                    const std::string& instance = {}) {
   if (!std::filesystem::exists(path)) throw Error(who + ": library " + path.string() + " does not exist");
   try {
     // rtld_now: a missing symbol fails here, not in the middle of a kernel.
@@ -169,7 +180,7 @@ const bp_plugin_api* open_library(boost::dll::shared_library& lib, const std::fi
   bp_plugin_query q{};
   q.struct_size = sizeof q;
   q.instance = bp_string{instance.data(), instance.size()};
-  q.min_major = BP_ABI_VERSION_MAJOR;
+  q.min_major = 1;  // 1.x tables are adapted (abi_v1.hpp)
   q.max_major = BP_ABI_VERSION_MAJOR;
   q.max_minor = BP_ABI_VERSION_MINOR;
   q.error_buffer = reason;
@@ -178,13 +189,34 @@ const bp_plugin_api* open_library(boost::dll::shared_library& lib, const std::fi
   const bp_status_code rc = entry(&q, &api);
   reason[sizeof reason - 1] = 0;
   if (rc != BP_OK || api == nullptr)
-    throw Error(who + ": the plugin refused ABI " + std::to_string(BP_ABI_VERSION_MAJOR) + "." +
-                std::to_string(BP_ABI_VERSION_MINOR) + (reason[0] ? std::string(": ") + reason : std::string()));
-  if (api->struct_size < offsetof(bp_plugin_api, infer_custom_op))
-    throw Error(who + ": API table too small (struct_size " + std::to_string(api->struct_size) + ")");
-  if (api->abi_major != BP_ABI_VERSION_MAJOR)
-    throw Error(who + ": plugin speaks ABI major " + std::to_string(api->abi_major) + "; this host speaks " +
-                std::to_string(BP_ABI_VERSION_MAJOR));
+    throw Error(who + ": the plugin refused this host's ABI (majors 1.." + std::to_string(BP_ABI_VERSION_MAJOR) +
+                ", up to " + host_abi() + ")" + (reason[0] ? std::string(": ") + reason : std::string()));
+  // Every major's table begins with struct_size, abi_major, abi_minor.
+  Answer out{api, api->abi_major, api->abi_minor, api->struct_size};
+  const std::string theirs = std::to_string(out.major) + "." + std::to_string(out.minor);
+  if (out.struct_size < offsetof(bp_plugin_api, name))
+    throw Error(who + ": API table too small (struct_size " + std::to_string(out.struct_size) + ")");
+  if (out.major != 1 && out.major != BP_ABI_VERSION_MAJOR)
+    throw Error(who + ": the plugin speaks ABI " + theirs + "; this host speaks " + host_abi() + " and 1.x");
+  if (out.major == BP_ABI_VERSION_MAJOR && out.struct_size < offsetof(bp_plugin_api, infer_custom_op) + sizeof(void*))
+    throw Error(who + ": API table of ABI " + theirs + " too small (struct_size " + std::to_string(out.struct_size) +
+                ", ABI 2.0 needs " + std::to_string(offsetof(bp_plugin_api, infer_custom_op) + sizeof(void*)) + ")");
+  return out;
+}
+
+// The 2.0 form of an answer: a 2.x table copied as far as both sides know
+// it, a 1.x table through the shim. Then the checks every table meets.
+const bp_plugin_api* adopt(const Answer& a, bp_plugin_api& copy, std::unique_ptr<v1::Shim>& shim, const std::string& who) {
+  const bp_plugin_api* api = nullptr;
+  if (a.major == 1) {
+    shim = std::make_unique<v1::Shim>(static_cast<const v1::PluginApi*>(a.table), who);
+    api = shim->api();
+  } else {
+    copy = bp_plugin_api{};
+    std::memcpy(&copy, a.table, std::min(a.struct_size, sizeof copy));
+    copy.struct_size = sizeof copy;
+    api = &copy;
+  }
   for (auto fn : {reinterpret_cast<const void*>(api->error_code), reinterpret_cast<const void*>(api->error_message),
                   reinterpret_cast<const void*>(api->error_destroy), reinterpret_cast<const void*>(api->initialize),
                   reinterpret_cast<const void*>(api->device_count), reinterpret_cast<const void*>(api->device_get),
@@ -192,6 +224,8 @@ const bp_plugin_api* open_library(boost::dll::shared_library& lib, const std::fi
                   reinterpret_cast<const void*>(api->buffer_free), reinterpret_cast<const void*>(api->buffer_read),
                   reinterpret_cast<const void*>(api->buffer_write)})
     if (fn == nullptr) throw Error(who + ": API table lacks a required function");
+  if ((api->begin == nullptr) != (api->synchronize == nullptr))
+    throw Error(who + ": API table sets one of begin and synchronize without the other");
   for (size_t i = 0; i < api->n_kernels; ++i)
     if (api->kernels[i].fn == nullptr || api->kernels[i].n_dtypes != api->kernels[i].n_inputs + 1)
       throw Error(who + ": kernel #" + std::to_string(i) + " (" + sv(api->kernels[i].op) + ") is malformed");
@@ -202,7 +236,11 @@ const bp_plugin_api* open_library(boost::dll::shared_library& lib, const std::fi
 
 PluginInfo inspect_plugin_library(const std::filesystem::path& library) {
   boost::dll::shared_library lib;
-  const auto* api = open_library(lib, library, "library " + library.string());
+  const std::string who = "library " + library.string();
+  const Answer answer = open_library(lib, library, who);
+  bp_plugin_api copy{};
+  std::unique_ptr<v1::Shim> shim;
+  const auto* api = adopt(answer, copy, shim, who);
   PluginInfo info;
   info.name = sv(api->name);
   info.version = sv(api->version);
@@ -216,24 +254,26 @@ Plugin::~Plugin() { unload(); }
 
 std::string Plugin::take_error(bp_error* e) const {
   if (!e) return {};
-  std::string msg = capped(api_->error_message(e), kMaxMessage);
-  const auto code = api_->error_code(e);
-  api_->error_destroy(e);
+  std::string msg = capped(api_->error_message(ctx_, e), kMaxMessage);
+  const auto code = api_->error_code(ctx_, e);
+  api_->error_destroy(ctx_, e);
   if (msg.empty()) msg = "error code " + std::to_string(code);
   return msg;
 }
 
 void Plugin::check(bp_error* e, const std::string& what) const {
   if (!e) return;
-  const auto code = api_->error_code(e);
+  const auto code = api_->error_code(ctx_, e);
   throw Error(what + ": " + take_error(e), code);
 }
 
 void Plugin::reject(const std::string& why) {
   devices_.clear();
-  if (initialized_ && api_ && api_->shutdown) api_->shutdown();
+  if (initialized_ && api_ && api_->shutdown) api_->shutdown(ctx_);
   initialized_ = false;
   api_ = nullptr;
+  ctx_ = nullptr;
+  shim_.reset();
   index_.clear();
   if (lib_.is_loaded()) lib_.unload();
   info_.state = PluginState::Rejected;
@@ -244,7 +284,9 @@ void Plugin::load(const bp_host_api* host) {
   if (info_.state != PluginState::NotLoaded) return;
   const std::string who = "plugin '" + info_.name + "'";
   try {
-    api_ = open_library(lib_, info_.library_path, who, info_.isolated ? info_.instance : std::string());
+    const Answer answer = open_library(lib_, info_.library_path, who, info_.isolated ? info_.instance : std::string());
+    raw_ = static_cast<const bp_plugin_api*>(answer.table);
+    api_ = adopt(answer, table_, shim_, who);
     // The library must be what its manifest says, exactly.
     if (sv(api_->name) != info_.name)
       throw Error(who + ": library registers name '" + sv(api_->name) + "', manifest says '" + info_.name + "'");
@@ -277,9 +319,16 @@ void Plugin::load(const bp_host_api* host) {
     if (!late_table) compare(table, info_.kernels);
 
     host_ = host;
-    check(api_->initialize(host), who + ": initialize failed");
+    ctx_ = nullptr;
+    // `self` is the table the plugin returned (the shim's own for 1.x).
+    check(api_->initialize(shim_ ? api_ : raw_, host, &ctx_), who + ": initialize failed");
     initialized_ = true;
     if (late_table) {
+      // A dynamic table is filled in by initialize: read it again.
+      if (!shim_) {
+        table_.kernels = raw_->kernels;
+        table_.n_kernels = raw_->n_kernels;
+      }
       if (api_->n_kernels > (size_t{1} << 16)) throw Error(who + ": registers more than 65536 kernels");
       for (size_t i = 0; i < api_->n_kernels; ++i)
         if (api_->kernels[i].fn == nullptr || api_->kernels[i].n_dtypes != api_->kernels[i].n_inputs + 1 ||
@@ -294,16 +343,16 @@ void Plugin::load(const bp_host_api* host) {
       else info_.kernels = table;
     }
     for (size_t i = 0; i < table.size(); ++i) index_[{table[i].op, table[i].dtypes}] = static_cast<int>(i);
-    const uint32_t n = api_->device_count();
+    const uint32_t n = api_->device_count(ctx_);
     if (n > kMaxDevices)
       throw Error(who + ": reports " + std::to_string(n) + " devices; a plugin may have at most " +
                   std::to_string(kMaxDevices));
     for (uint32_t i = 0; i < n; ++i) {
       auto dev = std::unique_ptr<Device>(new Device());
       dev->plugin_ = this;
-      check(api_->device_get(i, &dev->handle_), who + ": device " + std::to_string(i));
+      check(api_->device_get(ctx_, i, &dev->handle_), who + ": device " + std::to_string(i));
       dev->info_.struct_size = sizeof(bp_device_info);
-      check(api_->device_info(dev->handle_, &dev->info_), who + ": device " + std::to_string(i));
+      check(api_->device_info(ctx_, dev->handle_, &dev->info_), who + ": device " + std::to_string(i));
       dev->name_ = capped(dev->info_.name, 64);
       dev->kind_ = capped(dev->info_.kind, 32);
       // One truth for a device's kind: what the manifest says the plugin's
@@ -322,7 +371,7 @@ void Plugin::load(const bp_host_api* host) {
       if (api_->device_supports_kernel)
         for (size_t k = 0; k < table.size(); ++k) {
           bool ok = true;
-          check(api_->device_supports_kernel(dev->handle_, static_cast<uint32_t>(k), &ok), who + ": device_supports_kernel");
+          check(api_->device_supports_kernel(ctx_, dev->handle_, static_cast<uint32_t>(k), &ok), who + ": device_supports_kernel");
           dev->supported_[k] = ok;
         }
       devices_.push_back(std::move(dev));
@@ -336,9 +385,11 @@ void Plugin::load(const bp_host_api* host) {
 void Plugin::unload() {
   if (info_.state != PluginState::Loaded) return;
   devices_.clear();
-  if (initialized_ && api_->shutdown) api_->shutdown();
+  if (initialized_ && api_->shutdown) api_->shutdown(ctx_);
   initialized_ = false;
   api_ = nullptr;
+  ctx_ = nullptr;
+  shim_.reset();
   index_.clear();
   lib_.unload();
   info_.state = PluginState::NotLoaded;
@@ -357,8 +408,7 @@ const std::string& Device::plugin_name() const { return plugin_->info().name; }
 
 bool Device::imports_host_memory() const {
   const bp_plugin_api* api = plugin_->loaded() ? plugin_->api() : nullptr;
-  return api && info_.memory_kind != BP_MEMORY_DEVICE && has_field(api, &bp_plugin_api::buffer_import_host) &&
-         api->buffer_import_host;
+  return api && info_.memory_kind != BP_MEMORY_DEVICE && api->buffer_import_host;
 }
 
 std::vector<KernelInfo> Device::kernels() const {

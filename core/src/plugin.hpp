@@ -5,6 +5,8 @@
 
 #include <backplane/backplane.hpp>
 
+#include "abi_v1.hpp"
+
 #include <boost/dll/shared_library.hpp>
 
 #include <map>
@@ -33,7 +35,11 @@ class Plugin {
   // Shuts the plugin down and unloads it.
   void unload();
 
+  // The plugin's API table in its 2.0 form (a 1.x plugin's through the
+  // shim), and the context its initialize() returned: every entry but
+  // initialize takes ctx() first.
   const bp_plugin_api* api() const { return api_; }
+  void* ctx() const { return ctx_; }
   // The host API the plugin was initialized with (kernel contexts need it).
   const bp_host_api* host() const { return host_; }
   const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
@@ -52,29 +58,23 @@ class Plugin {
   PluginInfo info_;
   boost::dll::shared_library lib_;
   const bp_plugin_api* api_ = nullptr;
+  std::unique_ptr<v1::Shim> shim_;  // a plugin of ABI major 1
+  // A 2.x plugin's table copied as far as its struct_size and ours go (the
+  // rest zero), so no read goes past what the plugin filled.
+  bp_plugin_api table_{};
+  const bp_plugin_api* raw_ = nullptr;  // the table the plugin returned
+  void* ctx_ = nullptr;
   const bp_host_api* host_ = nullptr;
   bool initialized_ = false;
   std::vector<std::unique_ptr<Device>> devices_;
   std::map<std::pair<std::string, std::vector<bp_dtype>>, int> index_;
 };
 
-// Whether a plugin API table has `member` (its struct_size covers it): the
-// optional entries appended in later ABI minors are read only then.
-template <typename T> bool has_field(const bp_plugin_api* api, T bp_plugin_api::*member) {
-  const auto offset = reinterpret_cast<size_t>(&(static_cast<bp_plugin_api*>(nullptr)->*member));
-  return api->struct_size >= offset + sizeof(T);
-}
-
-// Whether a plugin times its kernel calls on the device (ABI 1.3
-// begin_timed and call_device_times, set together).
-inline bool times_calls(const bp_plugin_api* api) {
-  return has_field(api, &bp_plugin_api::call_device_times) && api->begin_timed && api->call_device_times;
-}
-
-// Whether a plugin prepares a plan's kernel calls when it is compiled (ABI
-// 1.4 begin_prepare).
+// Whether a plugin's begin() honours BP_RUN_TIMED (a profiled run timed on
+// the device) or BP_RUN_PREPARE (a preparing run when a plan compiles).
+inline bool times_calls(const bp_plugin_api* api) { return (api->run_flags & BP_RUN_TIMED) && api->begin && api->synchronize; }
 inline bool prepares_calls(const bp_plugin_api* api) {
-  return has_field(api, &bp_plugin_api::begin_prepare) && api->begin_prepare && api->synchronize;
+  return (api->run_flags & BP_RUN_PREPARE) && api->begin && api->synchronize;
 }
 
 // Reads the table a plugin API registers.

@@ -41,7 +41,7 @@ std::shared_ptr<Cell> allocate_cell(const std::shared_ptr<Runtime::Impl>& rt, De
   c->size = std::max<uint64_t>(size, std::max<uint64_t>(DeviceAccess::info(dev).buffer_alignment, 16));
   bp_buffer b{};
   b.struct_size = sizeof b;
-  plugin.check(plugin.api()->buffer_allocate(c->device, c->size, &b),
+  plugin.check(plugin.api()->buffer_allocate(plugin.ctx(), c->device, c->size, &b),
                "allocating " + std::to_string(c->size) + " bytes on device '" + dev.name() + "'");
   c->handle = b.handle;
   c->host_ptr = b.host_ptr;
@@ -74,9 +74,9 @@ std::shared_ptr<Cell> import_cell(const std::shared_ptr<Runtime::Impl>& rt, Devi
   c->host_memory = true;
   bp_buffer b{};
   b.struct_size = sizeof b;
-  bp_error* err = api->buffer_import_host(c->device, start, c->size, &b);
+  bp_error* err = api->buffer_import_host(plugin.ctx(), c->device, start, c->size, &b);
   if (err) {
-    const auto code = api->error_code(err);
+    const auto code = api->error_code(plugin.ctx(), err);
     throw Error("device '" + dev.name() + "' refused the host memory at " + std::to_string(addr) + ": " +
                     plugin.take_error(err),
                 code);

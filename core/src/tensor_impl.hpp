@@ -37,7 +37,7 @@ struct Cell {
   std::shared_ptr<Cell> imports;
   std::shared_mutex mu;
   ~Cell() {
-    if (handle && plugin->api()) plugin->api()->buffer_free(device, handle);
+    if (handle && plugin->api()) plugin->api()->buffer_free(plugin->ctx(), device, handle);
   }
 
   void read(uint64_t offset, void* dst, uint64_t n) const {
@@ -45,7 +45,7 @@ struct Cell {
     if (host_ptr) {
       std::memcpy(dst, static_cast<const char*>(host_ptr) + offset, n);
     } else {
-      plugin->check(plugin->api()->buffer_read(device, handle, offset, dst, n),
+      plugin->check(plugin->api()->buffer_read(plugin->ctx(), device, handle, offset, dst, n),
                     "reading from device '" + owner->name() + "'");
     }
   }
@@ -54,7 +54,7 @@ struct Cell {
     if (host_ptr) {
       std::memcpy(static_cast<char*>(host_ptr) + offset, src, n);
     } else {
-      plugin->check(plugin->api()->buffer_write(device, handle, offset, src, n),
+      plugin->check(plugin->api()->buffer_write(plugin->ctx(), device, handle, offset, src, n),
                     "writing to device '" + owner->name() + "'");
     }
   }

@@ -18,10 +18,9 @@ namespace sdk = backplane::sdk;
 
 namespace {
 
-const bp_host_api* g_host = nullptr;
-int g_device_tag = 0;  // the device handle points here
-
-template <typename F> bp_error* binary(const bp_storage* in, const bp_storage* out, const bp_layout* l, F f) {
+// Kernels split their work over the host's threads (ctx->host).
+template <typename F>
+bp_error* binary(const bp_kernel_context* ctx, const bp_storage* in, const bp_storage* out, const bp_layout* l, F f) {
   return sdk::guard([&] {
     const auto* a = static_cast<const float*>(in[0].data);
     const auto* b = static_cast<const float*>(in[1].data);
@@ -31,7 +30,7 @@ template <typename F> bp_error* binary(const bp_storage* in, const bp_storage* o
 #ifdef ACME_BROKEN
     n = n > 0 ? n - 1 : 0;  // the deliberate bug: the last element is never written
 #endif
-    sdk::parallel_for(g_host, n, 1 << 15, [&](int64_t begin, int64_t end) {
+    sdk::parallel_for(ctx->host, n, 1 << 15, [&](int64_t begin, int64_t end) {
       int64_t i = begin;
       walk.run(begin, end, [&](const int64_t* off, int64_t count, const int64_t* st) {
         for (int64_t k = 0; k < count; ++k) o[i++] = f(a[off[0] + k * st[0]], b[off[1] + k * st[1]]);
@@ -52,13 +51,13 @@ template <typename F> bp_error* unary(const bp_storage* in, const bp_storage* ou
   });
 }
 
-bp_error* k_add(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
+bp_error* k_add(const bp_kernel_context* ctx, const bp_storage* in, size_t, const bp_storage* out, size_t,
                 const bp_layout* l, const bp_op_params*) {
-  return binary(in, out, l, [](float a, float b) { return a + b; });
+  return binary(ctx, in, out, l, [](float a, float b) { return a + b; });
 }
-bp_error* k_mul(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
+bp_error* k_mul(const bp_kernel_context* ctx, const bp_storage* in, size_t, const bp_storage* out, size_t,
                 const bp_layout* l, const bp_op_params*) {
-  return binary(in, out, l, [](float a, float b) { return a * b; });
+  return binary(ctx, in, out, l, [](float a, float b) { return a * b; });
 }
 bp_error* k_relu(const bp_kernel_context*, const bp_storage* in, size_t, const bp_storage* out, size_t,
                  const bp_layout* l, const bp_op_params*) {
@@ -121,7 +120,7 @@ bp_error* k_max_argmax(const bp_kernel_context*, const bp_storage* in, size_t, c
   });
 }
 
-bp_error* infer_custom_op(bp_string op, const bp_dtype* dtypes, const bp_layout* in, size_t n, const bp_op_params*,
+bp_error* infer_custom_op(void*, bp_string op, const bp_dtype* dtypes, const bp_layout* in, size_t n, const bp_op_params*,
                           bp_dtype* out_dtype, bp_layout* out_layout) {
   return sdk::guard([&] {
     // acme.max_argmax has two outputs: the host takes their shapes from the
@@ -151,40 +150,18 @@ const sdk::KernelTable& kernels() {
   return table;
 }
 
-bp_error* initialize(const bp_host_api* host) {
-  g_host = host;
-  return nullptr;
-}
-void shutdown() { g_host = nullptr; }
-uint32_t device_count() { return 1; }
-bp_error* device_get(uint32_t i, bp_device** out) {
-  if (i != 0) return sdk::make_error(BP_ERR_OUT_OF_RANGE, "acme: no device " + std::to_string(i));
-  *out = reinterpret_cast<bp_device*>(&g_device_tag);
-  return nullptr;
-}
-bp_error* device_info(bp_device*, bp_device_info* info) {
-  info->name = sdk::to_bp("acme0");
-  info->kind = sdk::to_bp("accelerator");
-  info->description = sdk::to_bp("ACME example accelerator (host memory)");
-  info->memory_kind = BP_MEMORY_HOST;
-  info->buffer_alignment = 64;
-  return nullptr;
-}
-bp_plugin_api make_api() {
-  bp_plugin_api a = sdk::api_table("acme", "1.0.0", kernels());  // name and version as in the manifest
-  a.initialize = initialize;
-  a.shutdown = shutdown;
-  a.device_count = device_count;
-  a.device_get = device_get;
-  a.device_info = device_info;
-  sdk::HostBuffers<64>::install(a);  // the device works on host memory
-  a.infer_custom_op = infer_custom_op;
-  return a;
-}
-
 }  // namespace
 
+// One device on host memory: the SDK's HostDevicePlugin supplies the
+// initialize, device and buffer entries; acme adds its vendor ops' shape
+// inference.
 extern "C" BP_EXPORT bp_status_code backplane_plugin_entry(const bp_plugin_query* query, const bp_plugin_api** out) {
-  static const bp_plugin_api api = make_api();
-  return sdk::negotiate(query, &api, out);
+  static sdk::HostDevicePlugin plugin("acme", "1.0.0", kernels(),  // name and version as in the manifest
+                                      {"acme0", "accelerator", "ACME example accelerator (host memory)"});
+  static const bool extended = [] {
+    plugin.table().infer_custom_op = infer_custom_op;
+    return true;
+  }();
+  (void)extended;
+  return sdk::negotiate(query, plugin.api(), out);
 }

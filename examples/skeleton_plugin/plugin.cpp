@@ -30,21 +30,33 @@ const sdk::KernelTable& kernels() {
   return table;
 }
 
+// The plugin's state: everything initialize() sets up. The host passes it
+// back as the first argument of every other entry.
+struct Plugin {
+  const bp_host_api* host = nullptr;
+};
+
 // Heavy set-up goes here (device handles, pools), not in the entry symbol.
-bp_error* initialize(const bp_host_api*) { return nullptr; }
-void shutdown() {}
+bp_error* initialize(const bp_plugin_api*, const bp_host_api* host, void** out_plugin) {
+  return sdk::guard([&] { *out_plugin = new Plugin{host}; });
+}
+void shutdown(void* plugin) { delete static_cast<Plugin*>(plugin); }
 // Report zero devices until device discovery is written.
-uint32_t device_count() { return 0; }
-bp_error* device_get(uint32_t, bp_device**) { return unimplemented("device_get"); }
-bp_error* device_info(bp_device*, bp_device_info*) { return unimplemented("device_info"); }
-bp_error* buffer_allocate(bp_device*, uint64_t, bp_buffer*) { return unimplemented("buffer_allocate"); }
-void buffer_free(bp_device*, uint64_t) {}
-bp_error* buffer_write(bp_device*, uint64_t, uint64_t, const void*, uint64_t) { return unimplemented("buffer_write"); }
-bp_error* buffer_read(bp_device*, uint64_t, uint64_t, void*, uint64_t) { return unimplemented("buffer_read"); }
+uint32_t device_count(void*) { return 0; }
+bp_error* device_get(void*, uint32_t, bp_device**) { return unimplemented("device_get"); }
+bp_error* device_info(void*, bp_device*, bp_device_info*) { return unimplemented("device_info"); }
+bp_error* buffer_allocate(void*, bp_device*, uint64_t, bp_buffer*) { return unimplemented("buffer_allocate"); }
+void buffer_free(void*, bp_device*, uint64_t) {}
+bp_error* buffer_write(void*, bp_device*, uint64_t, uint64_t, const void*, uint64_t) {
+  return unimplemented("buffer_write");
+}
+bp_error* buffer_read(void*, bp_device*, uint64_t, uint64_t, void*, uint64_t) { return unimplemented("buffer_read"); }
 
 // The table: size, ABI version, name, version, kernels and error functions
-// from the SDK, then the plugin's own functions. (A device working on host
-// memory can take sdk::HostBuffers<>::install(a) for its buffer functions.)
+// from the SDK, then the plugin's own functions. (A plugin with one device
+// on host memory can start from sdk::HostDevicePlugin instead, which fills
+// all of these; a device working on host memory can take
+// sdk::HostBuffers<>::install(a) for its buffer functions.)
 bp_plugin_api make_api() {
   bp_plugin_api a = sdk::api_table("skeleton", "0.0.1", kernels());  // name and version as in the manifest
   a.initialize = initialize;

@@ -73,7 +73,7 @@ template <bp_dtype DI> struct CastFrom {
   template <bp_dtype DO> struct K {
     static void impl(const Call& c) {
       c.expect(1, BP_PARAMS_CAST);
-      BP_CPU_CHECK(c.params->u.cast.dtype == DO, BP_ERR_INVALID_ARGUMENT,
+      BP_SDK_CHECK(c.params->u.cast.dtype == DO, BP_ERR_INVALID_ARGUMENT,
                  std::string(c.op) + ": params dtype " + std::string(dtype_name(c.params->u.cast.dtype)) +
                      " does not match the kernel's output " + std::string(dtype_name(DO)));
       const Converter<DI, DO> conv;

@@ -24,7 +24,7 @@ inline int64_t checked_index(const Call& c, int64_t idx, int64_t size, int dim) 
 }
 
 int checked_dim(const Call& c, const bp_layout& l, int32_t dim) {
-  BP_CPU_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < l.rank, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < l.rank, BP_ERR_INVALID_ARGUMENT,
              std::string(c.op) + ": dim " + std::to_string(dim) + " out of range for rank " + std::to_string(l.rank));
   return dim;
 }
@@ -37,10 +37,10 @@ template <bp_dtype D> struct GatherK {
     const bp_layout& li = c.in_layout(1);
     const bp_layout& lo = c.out_layout();
     const int dim = checked_dim(c, lx, c.params->u.dim.dim);
-    BP_CPU_CHECK(li.rank == lx.rank, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(li.rank == lx.rank, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": index rank " + std::to_string(li.rank) + " differs from input rank " + std::to_string(lx.rank));
     for (uint32_t i = 0; i < lx.rank; ++i)
-      BP_CPU_CHECK(static_cast<int>(i) == dim || li.shape[i] <= lx.shape[i], BP_ERR_INVALID_ARGUMENT,
+      BP_SDK_CHECK(static_cast<int>(i) == dim || li.shape[i] <= lx.shape[i], BP_ERR_INVALID_ARGUMENT,
                  std::string(c.op) + ": index shape " + dims_str(li) + " exceeds input shape " + dims_str(lx));
     expect_numel(c, lo, sdk::numel(li));
     // x seen through the index's shape, with the gathered dim's stride taken
@@ -73,7 +73,7 @@ template <bp_dtype D> struct IndexSelectK {
     const bp_layout& lo = c.out_layout();
     const int dim = checked_dim(c, lx, c.params->u.dim.dim);
     const uint32_t ri = li.rank, rank = lx.rank - 1 + ri;
-    BP_CPU_CHECK(rank <= BP_MAX_RANK && lo.rank == rank, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(rank <= BP_MAX_RANK && lo.rank == rank, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": output rank " + std::to_string(lo.rank) + ", expected " + std::to_string(rank));
     // Output dims: x[:dim] | index dims | x[dim+1:]. x and the index are
     // both seen through that shape, with stride 0 on the dims they lack.
@@ -93,7 +93,7 @@ template <bp_dtype D> struct IndexSelectK {
         xv.strides[i] = lx.strides[i - ri + 1];
       }
       iv.shape[i] = xv.shape[i];
-      BP_CPU_CHECK(lo.shape[i] == xv.shape[i], BP_ERR_INVALID_ARGUMENT,
+      BP_SDK_CHECK(lo.shape[i] == xv.shape[i], BP_ERR_INVALID_ARGUMENT,
                  std::string(c.op) + ": output shape " + dims_str(lo) + " does not match input " + dims_str(lx) +
                      " and index " + dims_str(li));
     }
@@ -132,11 +132,11 @@ template <bp_dtype D> struct ConcatK {
       const bp_layout& l = c.in_layout(k);
       bool ok = l.rank == lo.rank;
       for (uint32_t i = 0; ok && i < lo.rank; ++i) ok = static_cast<int>(i) == dim || l.shape[i] == lo.shape[i];
-      BP_CPU_CHECK(ok, BP_ERR_INVALID_ARGUMENT,
+      BP_SDK_CHECK(ok, BP_ERR_INVALID_ARGUMENT,
                  std::string(c.op) + ": input " + std::to_string(k) + " shape " + dims_str(l) + " does not fit output " + dims_str(lo));
       total += l.shape[dim];
     }
-    BP_CPU_CHECK(total == lo.shape[dim], BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(total == lo.shape[dim], BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": inputs add up to " + std::to_string(total) + " along dim " + std::to_string(dim) +
                    ", output has " + std::to_string(lo.shape[dim]));
     E* y = c.out_data<E>();
@@ -184,14 +184,14 @@ template <bp_dtype D> struct TopkK {
     const bp_layout& in = c.in_layout(0);
     const int dim = checked_dim(c, in, p.dim);
     const int64_t n = in.shape[dim], s = in.strides[dim], k = p.k;
-    BP_CPU_CHECK(k >= 0 && k <= n, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(k >= 0 && k <= n, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": k = " + std::to_string(k) + " for a dim of size " + std::to_string(n));
     const bp_bundle_slot& sv = c.slot(0);
     const bp_bundle_slot& si = c.slot(1);
     const int64_t rows = n ? sdk::numel(in) / n : 0;
     expect_numel(c, sv.layout, rows * k, "values");
     expect_numel(c, si.layout, rows * k, "indices");
-    BP_CPU_CHECK(sv.layout.rank == in.rank && si.layout.rank == in.rank, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(sv.layout.rank == in.rank && si.layout.rank == in.rank, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": output slots must keep the input's rank");
     if (k == 0) return;
     const T* x = c.in_data<T>(0);

@@ -16,13 +16,6 @@
 #include <type_traits>
 #include <vector>
 
-// sdk::check, but the message is built only when the check fails: the
-// checks run on every kernel call, and building their messages (a few
-// std::string concatenations each) cost more than a one-element kernel.
-#define BP_CPU_CHECK(cond, code, message)                                 \
-  do {                                                                   \
-    if (!(cond)) ::backplane::sdk::fail((code), (message));              \
-  } while (0)
 
 namespace backplane::cpu {
 
@@ -110,36 +103,36 @@ struct Call {
   // Argument checks every kernel makes: a wrong count or params variant is a
   // host bug, reported rather than followed into a crash.
   void expect(size_t inputs, bp_params_kind kind) const {
-    BP_CPU_CHECK(in != nullptr && out != nullptr && lay != nullptr, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(in != nullptr && out != nullptr && lay != nullptr, BP_ERR_INVALID_ARGUMENT,
                std::string(op) + ": NULL inputs, outputs or layouts");
-    BP_CPU_CHECK(n_in == inputs || (inputs == 0 && n_in >= 1), BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(n_in == inputs || (inputs == 0 && n_in >= 1), BP_ERR_INVALID_ARGUMENT,
                std::string(op) + ": expected " + std::to_string(inputs) + " inputs, got " + std::to_string(n_in));
-    BP_CPU_CHECK(n_out == 1, BP_ERR_INVALID_ARGUMENT, std::string(op) + ": expected 1 output, got " + std::to_string(n_out));
+    BP_SDK_CHECK(n_out == 1, BP_ERR_INVALID_ARGUMENT, std::string(op) + ": expected 1 output, got " + std::to_string(n_out));
     for (size_t i = 0; i < n_in + n_out; ++i)
-      BP_CPU_CHECK(lay[i].rank <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT,
+      BP_SDK_CHECK(lay[i].rank <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT,
                  std::string(op) + ": layout " + std::to_string(i) + " has rank " + std::to_string(lay[i].rank));
     for (uint32_t i = 0; i < out[0].n_slots; ++i)
-      BP_CPU_CHECK(out[0].slots != nullptr && out[0].slots[i].layout.rank <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT,
+      BP_SDK_CHECK(out[0].slots != nullptr && out[0].slots[i].layout.rank <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT,
                  std::string(op) + ": bad bundle slot " + std::to_string(i));
     if (kind != BP_PARAMS_NONE)
-      BP_CPU_CHECK(params != nullptr && params->kind == kind && params->struct_size >= sizeof(bp_op_params),
+      BP_SDK_CHECK(params != nullptr && params->kind == kind && params->struct_size >= sizeof(bp_op_params),
                  BP_ERR_INVALID_ARGUMENT, std::string(op) + ": wrong params variant");
     // Every layout inside its storage, before any byte is touched (debug and
     // release): a wrong layout is an error, never a stray read or write.
     for (size_t i = 0; i < n_in; ++i)
       if (has_input(i))
-        BP_CPU_CHECK(sdk::layout_fits(lay[i], backplane::dtype_size(in[i].dtype), 0, in[i].byte_size), BP_ERR_OUT_OF_RANGE,
+        BP_SDK_CHECK(sdk::layout_fits(lay[i], backplane::dtype_size(in[i].dtype), 0, in[i].byte_size), BP_ERR_OUT_OF_RANGE,
                    std::string(op) + ": the layout of input " + std::to_string(i) + " reaches outside its storage of " +
                        std::to_string(in[i].byte_size) + " bytes");
     if (out[0].n_slots == 0) {
-      BP_CPU_CHECK(sdk::layout_fits(lay[n_in], backplane::dtype_size(out[0].dtype), 0, out[0].byte_size) &&
+      BP_SDK_CHECK(sdk::layout_fits(lay[n_in], backplane::dtype_size(out[0].dtype), 0, out[0].byte_size) &&
                      (sdk::numel(lay[n_in]) == 0 || out[0].data != nullptr),
                  BP_ERR_OUT_OF_RANGE,
                  std::string(op) + ": the output layout reaches outside its storage of " +
                      std::to_string(out[0].byte_size) + " bytes");
     } else {
       for (uint32_t s = 0; s < out[0].n_slots; ++s)
-        BP_CPU_CHECK(sdk::layout_fits(out[0].slots[s].layout, backplane::dtype_size(out[0].slots[s].dtype),
+        BP_SDK_CHECK(sdk::layout_fits(out[0].slots[s].layout, backplane::dtype_size(out[0].slots[s].dtype),
                                     out[0].slots[s].byte_offset, out[0].byte_size),
                    BP_ERR_OUT_OF_RANGE,
                    std::string(op) + ": bundle slot " + std::to_string(s) + " reaches outside its storage of " +
@@ -148,7 +141,7 @@ struct Call {
   }
   // A bundled output's slot i.
   const bp_bundle_slot& slot(size_t i) const {
-    BP_CPU_CHECK(out[0].n_slots > i && out[0].slots != nullptr, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(out[0].n_slots > i && out[0].slots != nullptr, BP_ERR_INVALID_ARGUMENT,
                std::string(op) + ": output bundle lacks slot " + std::to_string(i));
     return out[0].slots[i];
   }
@@ -219,7 +212,7 @@ void for_rows(const Call& c, uint32_t rank, const int64_t* shape, int dim, const
 // Throws unless the output (or bundle slot) holds exactly n elements: a
 // shape the host got wrong must not turn into a write outside the output.
 inline void expect_numel(const Call& c, const bp_layout& l, int64_t n, const char* what = "output") {
-  BP_CPU_CHECK(sdk::numel(l) == n, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(sdk::numel(l) == n, BP_ERR_INVALID_ARGUMENT,
              std::string(c.op) + ": " + what + " has " + std::to_string(sdk::numel(l)) + " elements, expected " +
                  std::to_string(n));
 }

@@ -562,13 +562,13 @@ template <bp_dtype D> struct MatmulK {
     const bp_layout& lb = c.in_layout(1);
     const bp_layout& lo = c.out_layout();
     const uint32_t r = la.rank;
-    BP_CPU_CHECK(r >= 2 && lb.rank == r && lo.rank == r, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(r >= 2 && lb.rank == r && lo.rank == r, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": operands of rank " + std::to_string(la.rank) + " and " + std::to_string(lb.rank) +
                    ", output rank " + std::to_string(lo.rank) + " (the host promotes to equal rank >= 2)");
     const int64_t M0 = la.shape[r - 2], K = la.shape[r - 1], N = lb.shape[r - 1];
     bool ok = lb.shape[r - 2] == K && lo.shape[r - 2] == M0 && lo.shape[r - 1] == N;
     for (uint32_t i = 0; ok && i + 2 < r; ++i) ok = la.shape[i] == lo.shape[i] && lb.shape[i] == lo.shape[i];
-    BP_CPU_CHECK(ok, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(ok, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": shapes " + dims_str(la) + " x " + dims_str(lb) + " -> " + dims_str(lo) + " do not fit");
     int64_t bshape[BP_MAX_RANK] = {};
     for (uint32_t i = 0; i < r; ++i) bshape[i] = i + 2 < r ? lo.shape[i] : 1;
@@ -649,17 +649,17 @@ template <bp_dtype D> struct Conv2dK {
     const bp_layout& lx = c.in_layout(0);
     const bp_layout& lw = c.in_layout(1);
     const bp_layout& lo = c.out_layout();
-    BP_CPU_CHECK(lx.rank == 4 && lw.rank == 4 && lo.rank == 4, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(lx.rank == 4 && lw.rank == 4 && lo.rank == 4, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": x, w and the output must be 4-D");
     const int64_t N = lx.shape[0], C = lx.shape[1], H = lx.shape[2], W = lx.shape[3];
     const int64_t O = lw.shape[0], Cg = lw.shape[1], kH = lw.shape[2], kW = lw.shape[3], G = p.groups;
     const int64_t sh = p.stride[0], sw = p.stride[1], dh = p.dilation[0], dw = p.dilation[1];
     const int64_t pt = p.padding[0], pl = p.padding[1], pb = p.padding[2], pr = p.padding[3];
-    BP_CPU_CHECK(G >= 1 && C == Cg * G && O % G == 0 && sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1 && pt >= 0 && pl >= 0 &&
+    BP_SDK_CHECK(G >= 1 && C == Cg * G && O % G == 0 && sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1 && pt >= 0 && pl >= 0 &&
                    pb >= 0 && pr >= 0,
                BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": bad geometry for x " + dims_str(lx) + ", w " + dims_str(lw));
     const int64_t OH = (H + pt + pb - dh * (kH - 1) - 1) / sh + 1, OW = (W + pl + pr - dw * (kW - 1) - 1) / sw + 1;
-    BP_CPU_CHECK(lo.shape[0] == N && lo.shape[1] == O && lo.shape[2] == std::max<int64_t>(OH, 0) &&
+    BP_SDK_CHECK(lo.shape[0] == N && lo.shape[1] == O && lo.shape[2] == std::max<int64_t>(OH, 0) &&
                    lo.shape[3] == std::max<int64_t>(OW, 0),
                BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": output " + dims_str(lo) + " does not match the geometry");
     const bool has_bias = c.has_input(2);

@@ -105,8 +105,10 @@ const sdk::KernelTable& table() {
   return t;
 }
 
-bp_error* initialize(const bp_host_api* host) {
+bp_error* initialize(const bp_plugin_api*, const bp_host_api* host, void** out_plugin) {
   return sdk::guard([&] {
+    // One instance: its state is this library's; the context is the device.
+    *out_plugin = &g_device;
     g_host = host;
     const IsaChoice choice = detect_isa();
     g_isa = choice.isa;
@@ -119,26 +121,26 @@ bp_error* initialize(const bp_host_api* host) {
   });
 }
 
-void shutdown() {
+void shutdown(void*) {
   onednn::release();
   g_host = nullptr;
   std::snprintf(g_description, sizeof g_description, "host CPU");
 }
 
-uint32_t device_count() { return 1; }
+uint32_t device_count(void*) { return 1; }
 
-bp_error* device_get(uint32_t index, bp_device** out_device) {
+bp_error* device_get(void*, uint32_t index, bp_device** out_device) {
   return sdk::guard([&] {
-    BP_CPU_CHECK(out_device != nullptr, BP_ERR_INVALID_ARGUMENT, "device_get: out_device is NULL");
-    BP_CPU_CHECK(index == 0, BP_ERR_OUT_OF_RANGE, "device_get: the cpu plugin has one device, asked for " + std::to_string(index));
+    BP_SDK_CHECK(out_device != nullptr, BP_ERR_INVALID_ARGUMENT, "device_get: out_device is NULL");
+    BP_SDK_CHECK(index == 0, BP_ERR_OUT_OF_RANGE, "device_get: the cpu plugin has one device, asked for " + std::to_string(index));
     *out_device = &g_device;
   });
 }
 
-bp_error* device_info(bp_device* device, bp_device_info* out_info) {
+bp_error* device_info(void*, bp_device* device, bp_device_info* out_info) {
   return sdk::guard([&] {
-    BP_CPU_CHECK(device == &g_device, BP_ERR_INVALID_ARGUMENT, "device_info: not a cpu device");
-    BP_CPU_CHECK(out_info != nullptr, BP_ERR_INVALID_ARGUMENT, "device_info: out_info is NULL");
+    BP_SDK_CHECK(device == &g_device, BP_ERR_INVALID_ARGUMENT, "device_info: not a cpu device");
+    BP_SDK_CHECK(out_info != nullptr, BP_ERR_INVALID_ARGUMENT, "device_info: out_info is NULL");
     // Fill only the fields the host's struct has room for.
     bp_device_info info{};
     info.struct_size = sizeof(bp_device_info);
@@ -175,18 +177,18 @@ char* data_of(uint64_t handle) {
 }
 
 BlockHeader* checked_header(uint64_t handle, const char* what) {
-  BP_CPU_CHECK(handle != 0, BP_ERR_INVALID_ARGUMENT, std::string(what) + ": buffer handle is 0");
+  BP_SDK_CHECK(handle != 0, BP_ERR_INVALID_ARGUMENT, std::string(what) + ": buffer handle is 0");
   BlockHeader* h = header_of(handle);
-  BP_CPU_CHECK(h->magic == (is_import(handle) ? kImportMagic : kMagic), BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(h->magic == (is_import(handle) ? kImportMagic : kMagic), BP_ERR_INVALID_ARGUMENT,
              std::string(what) + ": not a cpu buffer");
   return h;
 }
 
-bp_error* buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out_buffer) {
+bp_error* buffer_allocate(void*, bp_device* device, uint64_t size, bp_buffer* out_buffer) {
   return sdk::guard([&] {
-    BP_CPU_CHECK(device == &g_device, BP_ERR_INVALID_ARGUMENT, "buffer_allocate: not a cpu device");
-    BP_CPU_CHECK(out_buffer != nullptr, BP_ERR_INVALID_ARGUMENT, "buffer_allocate: out_buffer is NULL");
-    BP_CPU_CHECK(size <= (uint64_t{1} << 62), BP_ERR_OUT_OF_MEMORY, "buffer_allocate: " + std::to_string(size) + " bytes is too large");
+    BP_SDK_CHECK(device == &g_device, BP_ERR_INVALID_ARGUMENT, "buffer_allocate: not a cpu device");
+    BP_SDK_CHECK(out_buffer != nullptr, BP_ERR_INVALID_ARGUMENT, "buffer_allocate: out_buffer is NULL");
+    BP_SDK_CHECK(size <= (uint64_t{1} << 62), BP_ERR_OUT_OF_MEMORY, "buffer_allocate: " + std::to_string(size) + " bytes is too large");
     const bool huge = size >= kHugeBlock;
     // Large blocks start on a 2 MiB boundary so transparent huge pages can
     // back them: first touches of fresh memory cost more than the arithmetic.
@@ -208,11 +210,11 @@ bp_error* buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out_buffe
   });
 }
 
-bp_error* buffer_import_host(bp_device* device, void* host_ptr, uint64_t size, bp_buffer* out_buffer) {
+bp_error* buffer_import_host(void*, bp_device* device, void* host_ptr, uint64_t size, bp_buffer* out_buffer) {
   return sdk::guard([&] {
-    BP_CPU_CHECK(device == &g_device, BP_ERR_INVALID_ARGUMENT, "buffer_import_host: not a cpu device");
-    BP_CPU_CHECK(out_buffer != nullptr && host_ptr != nullptr, BP_ERR_INVALID_ARGUMENT, "buffer_import_host: NULL pointer");
-    BP_CPU_CHECK(reinterpret_cast<uintptr_t>(host_ptr) % kAlign == 0, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(device == &g_device, BP_ERR_INVALID_ARGUMENT, "buffer_import_host: not a cpu device");
+    BP_SDK_CHECK(out_buffer != nullptr && host_ptr != nullptr, BP_ERR_INVALID_ARGUMENT, "buffer_import_host: NULL pointer");
+    BP_SDK_CHECK(reinterpret_cast<uintptr_t>(host_ptr) % kAlign == 0, BP_ERR_INVALID_ARGUMENT,
                "buffer_import_host: memory not aligned to " + std::to_string(kAlign) + " bytes");
     auto* r = new ImportRecord{{kImportMagic, size}, static_cast<char*>(host_ptr)};
     out_buffer->handle = reinterpret_cast<uintptr_t>(r) | 1u;
@@ -221,7 +223,7 @@ bp_error* buffer_import_host(bp_device* device, void* host_ptr, uint64_t size, b
   });
 }
 
-void buffer_free(bp_device*, uint64_t handle) {
+void buffer_free(void*, bp_device*, uint64_t handle) {
   if (handle == 0) return;
   BlockHeader* h = header_of(handle);
   if (is_import(handle)) {
@@ -235,20 +237,20 @@ void buffer_free(bp_device*, uint64_t handle) {
   std::free(h);
 }
 
-bp_error* buffer_write(bp_device*, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
+bp_error* buffer_write(void*, bp_device*, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
   return sdk::guard([&] {
     BlockHeader* h = checked_header(handle, "buffer_write");
-    BP_CPU_CHECK(offset <= h->size && size <= h->size - offset, BP_ERR_OUT_OF_RANGE,
+    BP_SDK_CHECK(offset <= h->size && size <= h->size - offset, BP_ERR_OUT_OF_RANGE,
                "buffer_write: range [" + std::to_string(offset) + ", +" + std::to_string(size) +
                    ") outside a buffer of " + std::to_string(h->size) + " bytes");
     if (size) std::memcpy(data_of(handle) + offset, src, size);
   });
 }
 
-bp_error* buffer_read(bp_device*, uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
+bp_error* buffer_read(void*, bp_device*, uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
   return sdk::guard([&] {
     BlockHeader* h = checked_header(handle, "buffer_read");
-    BP_CPU_CHECK(offset <= h->size && size <= h->size - offset, BP_ERR_OUT_OF_RANGE,
+    BP_SDK_CHECK(offset <= h->size && size <= h->size - offset, BP_ERR_OUT_OF_RANGE,
                "buffer_read: range [" + std::to_string(offset) + ", +" + std::to_string(size) +
                    ") outside a buffer of " + std::to_string(h->size) + " bytes");
     if (size) std::memcpy(dst, data_of(handle) + offset, size);

@@ -159,15 +159,15 @@ template <bp_dtype D, bool kAvg> struct Pool2dK {
     const bp_pool2d_params& p = c.params->u.pool2d;
     const bp_layout& lx = c.in_layout(0);
     const bp_layout& lo = c.out_layout();
-    BP_CPU_CHECK(lx.rank == 4 && lo.rank == 4, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": x and the output must be 4-D");
+    BP_SDK_CHECK(lx.rank == 4 && lo.rank == 4, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": x and the output must be 4-D");
     const int64_t N = lx.shape[0], C = lx.shape[1], H = lx.shape[2], W = lx.shape[3];
     const int64_t kh = p.kernel[0], kw = p.kernel[1], sh = p.stride[0], sw = p.stride[1];
     const int64_t dh = p.dilation[0], dw = p.dilation[1];
     const int64_t pt = p.padding[0], pl = p.padding[1], pb = p.padding[2], pr = p.padding[3];
-    BP_CPU_CHECK(kh >= 1 && kw >= 1 && sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1 && pt >= 0 && pl >= 0 && pb >= 0 && pr >= 0,
+    BP_SDK_CHECK(kh >= 1 && kw >= 1 && sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1 && pt >= 0 && pl >= 0 && pb >= 0 && pr >= 0,
                  BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": bad pooling params");
     const int64_t OH = lo.shape[2], OW = lo.shape[3];
-    BP_CPU_CHECK(lo.shape[0] == N && lo.shape[1] == C && OH >= 0 && OW >= 0, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(lo.shape[0] == N && lo.shape[1] == C && OH >= 0 && OW >= 0, BP_ERR_INVALID_ARGUMENT,
                  std::string(c.op) + ": output " + dims_str(lo) + " does not match x " + dims_str(lx));
     if (sdk::numel(lo) == 0) return;
     // Rows and columns of the padded plane the windows reach (past the

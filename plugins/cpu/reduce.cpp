@@ -296,10 +296,10 @@ void reduce_engine(const Call& c, const bp_layout& in, const bool* is_red, const
 // element count.
 int64_t reduced_dims(const Call& c, const bp_layout& in, uint32_t n_dims, const int32_t* dims, bool* is_red,
                      int64_t* n_red) {
-  BP_CPU_CHECK(n_dims <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": too many dims");
+  BP_SDK_CHECK(n_dims <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": too many dims");
   for (uint32_t i = 0; i < BP_MAX_RANK; ++i) is_red[i] = n_dims == 0;
   for (uint32_t k = 0; k < n_dims; ++k) {
-    BP_CPU_CHECK(dims[k] >= 0 && static_cast<uint32_t>(dims[k]) < in.rank, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(dims[k] >= 0 && static_cast<uint32_t>(dims[k]) < in.rank, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": dim " + std::to_string(dims[k]) + " out of range for rank " + std::to_string(in.rank));
     is_red[dims[k]] = true;
   }
@@ -359,7 +359,7 @@ bp_layout keepdim_layout(const bp_layout& in, int dim) {
 }
 
 int checked_dim(const Call& c, const bp_layout& in, int32_t dim) {
-  BP_CPU_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < in.rank, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < in.rank, BP_ERR_INVALID_ARGUMENT,
              std::string(c.op) + ": dim " + std::to_string(dim) + " out of range for rank " + std::to_string(in.rank));
   return dim;
 }
@@ -683,7 +683,7 @@ template <bp_dtype D> struct LayerNormK {
     using T = st_t<D>;
     const bp_layer_norm_params& p = c.params->u.layer_norm;
     const bp_layout& in = c.in_layout(0);
-    BP_CPU_CHECK(p.n_dims >= 1 && p.n_dims <= in.rank, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(p.n_dims >= 1 && p.n_dims <= in.rank, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": cannot normalise " + std::to_string(p.n_dims) + " trailing dims of rank " +
                    std::to_string(in.rank));
     expect_numel(c, c.out_layout(), sdk::numel(in));
@@ -699,7 +699,7 @@ template <bp_dtype D> struct LayerNormK {
       std::vector<double> v(static_cast<size_t>(n), fallback);
       if (!c.has_input(idx)) return v;
       const bp_layout& l = c.in_layout(idx);
-      BP_CPU_CHECK(sdk::numel(l) == n, BP_ERR_INVALID_ARGUMENT,
+      BP_SDK_CHECK(sdk::numel(l) == n, BP_ERR_INVALID_ARGUMENT,
                  std::string(c.op) + ": " + (idx == 1 ? "weight" : "bias") + " has " + std::to_string(sdk::numel(l)) +
                      " elements, the normalised shape " + std::to_string(n));
       const T* w = c.in_data<T>(idx);

@@ -19,12 +19,12 @@ template <bp_dtype D> struct SelectiveScanK {
     const bp_layout& la = c.in_layout(2);
     const bp_layout& lb = c.in_layout(3);
     const bp_layout& lc = c.in_layout(4);
-    BP_CPU_CHECK(lu.rank == 3 && ld_.rank == 3 && la.rank == 2 && lb.rank == 3 && lc.rank == 3, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(lu.rank == 3 && ld_.rank == 3 && la.rank == 2 && lb.rank == 3 && lc.rank == 3, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": expected u, delta [B,L,D], a [D,N], b, c [B,L,N]");
     const int64_t B = lu.shape[0], L = lu.shape[1], Dn = lu.shape[2], N = la.shape[1];
     bool ok = ld_.shape[0] == B && ld_.shape[1] == L && ld_.shape[2] == Dn && la.shape[0] == Dn;
     for (const bp_layout* l : {&lb, &lc}) ok = ok && l->shape[0] == B && l->shape[1] == L && l->shape[2] == N;
-    BP_CPU_CHECK(ok, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(ok, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op) + ": shapes u " + dims_str(lu) + ", delta " + dims_str(ld_) + ", a " + dims_str(la) +
                    ", b " + dims_str(lb) + ", c " + dims_str(lc) + " do not fit");
     expect_numel(c, c.slot(0).layout, B * L * Dn, "y");

@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <algorithm>
 #include <poll.h>
 #include <sys/wait.h>
 #include <thread>
@@ -66,15 +67,15 @@ bp_error* call_error(bp_status_code code, const std::string& msg, int64_t call_i
   return e;
 }
 
-void remote_error_destroy(bp_error* e) {
+void remote_error_destroy(void* plugin, bp_error* e) {
   {
     std::lock_guard<std::mutex> lk(g_error_mu);
     g_error_calls.erase(e);
   }
-  sdk::error_destroy(e);
+  sdk::error_destroy(plugin, e);
 }
 
-int64_t remote_error_call_index(const bp_error* e) {
+int64_t remote_error_call_index(void*, const bp_error* e) {
   std::lock_guard<std::mutex> lk(g_error_mu);
   auto it = g_error_calls.find(e);
   return it == g_error_calls.end() ? -1 : it->second;
@@ -195,13 +196,14 @@ struct RemoteDevice {
   uint64_t alignment = 16, max_buffer = 0;
   bool shm_buffers = false;  // buffers live in the memory shared with the child
   std::vector<uint32_t> kernel_map;  // our table index -> the server plugin's kernel, or UINT32_MAX
-  // Calls since begin(), per calling thread: plans on one device may run on
-  // several threads at once, each between its own begin() and synchronize().
-  std::map<std::thread::id, std::vector<Call>> pending;
-  // ABI 1.3, per calling thread: runs begun with begin_timed, and the
-  // device times of the last timed run's calls (from the server's reply).
-  std::map<std::thread::id, bool> timed;
-  std::map<std::thread::id, std::vector<uint64_t>> call_ns;
+};
+
+// A run (bp_run*): the calls made since begin(), sent as one batch at
+// synchronize(). Runs on one device may be open on several threads at once.
+struct Run {
+  RemoteDevice* device = nullptr;
+  std::vector<Call> calls;
+  bool timed = false;  // BP_RUN_TIMED: the server times the calls on its device
 };
 
 // Buffer handles: the session's generation in the top 16 bits, the server's
@@ -778,7 +780,7 @@ Response flush(Server& s, Batch* extra = nullptr) {
 
 // ---- the API functions --------------------------------------------------------------------------
 
-bp_error* device_info(bp_device* device, bp_device_info* out) {
+bp_error* device_info(void*, bp_device* device, bp_device_info* out) {
   return sdk::guard([&] {
     auto* d = dev_of(device);
     out->name = sdk::to_bp(d->name);
@@ -790,13 +792,13 @@ bp_error* device_info(bp_device* device, bp_device_info* out) {
   });
 }
 
-bp_error* device_supports_kernel(bp_device* device, uint32_t k, bool* out) {
+bp_error* device_supports_kernel(void*, bp_device* device, uint32_t k, bool* out) {
   auto* d = dev_of(device);
   *out = k < d->kernel_map.size() && d->kernel_map[k] != UINT32_MAX;
   return nullptr;
 }
 
-bp_error* buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out) {
+bp_error* buffer_allocate(void*, bp_device* device, uint64_t size, bp_buffer* out) {
   return sdk::guard([&] {
     auto* d = dev_of(device);
     Server& s = *d->server;
@@ -834,7 +836,7 @@ bp_error* buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out) {
   });
 }
 
-void buffer_free(bp_device* device, uint64_t handle) {
+void buffer_free(void*, bp_device* device, uint64_t handle) {
   auto* d = dev_of(device);
   Server& s = *d->server;
   std::lock_guard<std::mutex> lk(s.mu);
@@ -903,7 +905,7 @@ char* shm_span(Server& s, uint64_t handle, uint64_t offset, uint64_t size) {
   return it->second.base + it->second.offset + offset;
 }
 
-bp_error* buffer_write(bp_device* device, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
+bp_error* buffer_write(void*, bp_device* device, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
   return sdk::guard([&] {
     auto* d = dev_of(device);
     Server& s = *d->server;
@@ -958,7 +960,7 @@ bp_error* buffer_write(bp_device* device, uint64_t handle, uint64_t offset, cons
   });
 }
 
-bp_error* buffer_read(bp_device* device, uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
+bp_error* buffer_read(void*, bp_device* device, uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
   return sdk::guard([&] {
     auto* d = dev_of(device);
     Server& s = *d->server;
@@ -1001,38 +1003,16 @@ bp_error* buffer_read(bp_device* device, uint64_t handle, uint64_t offset, void*
   });
 }
 
-bp_error* begin(bp_device* device) {
-  auto* d = dev_of(device);
-  std::lock_guard<std::mutex> lk(d->server->mu);
-  const auto me = std::this_thread::get_id();
-  d->pending[me].clear();
-  d->timed.erase(me);
-  d->call_ns.erase(me);
-  return nullptr;
-}
-
-// ABI 1.3: the server times the run's calls on its device and returns the
-// times with the batch's reply.
-bp_error* begin_timed(bp_device* device) {
-  if (bp_error* e = begin(device)) return e;
-  auto* d = dev_of(device);
-  std::lock_guard<std::mutex> lk(d->server->mu);
-  d->timed[std::this_thread::get_id()] = true;
-  return nullptr;
-}
-
-bp_error* call_device_times(bp_device* device, uint64_t* out_ns, size_t n_calls) {
-  auto* d = dev_of(device);
-  std::lock_guard<std::mutex> lk(d->server->mu);
-  auto it = d->call_ns.find(std::this_thread::get_id());
-  if (it == d->call_ns.end())
-    return make_error(BP_ERR_INVALID_ARGUMENT, "remote: call_device_times: no timed run was synchronized on this thread");
-  if (it->second.size() != n_calls)
-    return make_error(BP_ERR_INVALID_ARGUMENT, "remote: call_device_times: the run made " +
-                                                   std::to_string(it->second.size()) + " calls, not " +
-                                                   std::to_string(n_calls));
-  std::copy(it->second.begin(), it->second.end(), out_ns);
-  return nullptr;
+// A run: its calls collect on the host until synchronize(), which sends
+// them as one batch (a timed run's reply carries each call's device time).
+bp_error* begin(void*, bp_device* device, uint32_t flags, bp_run** out_run) {
+  return sdk::guard([&] {
+    BP_SDK_CHECK(out_run != nullptr, BP_ERR_INVALID_ARGUMENT, "remote: begin without out_run");
+    auto run = std::make_unique<Run>();
+    run->device = dev_of(device);
+    run->timed = (flags & BP_RUN_TIMED) != 0;
+    *out_run = reinterpret_cast<bp_run*>(run.release());
+  });
 }
 
 bp_error* remote_kernel(const bp_kernel_context* ctx, const bp_storage* inputs, size_t n_inputs, const bp_storage* outputs,
@@ -1051,23 +1031,27 @@ bp_error* remote_kernel(const bp_kernel_context* ctx, const bp_storage* inputs, 
     for (size_t i = 0; i < n_outputs; ++i) encode_storage(outputs[i], live_id(s, outputs[i].buffer_handle), c.add_outputs());
     for (size_t i = 0; i < n_inputs + n_outputs; ++i) encode_layout(layouts[i], c.add_layouts());
     encode_params(*params, c.mutable_params());
-    d->pending[std::this_thread::get_id()].push_back(std::move(c));
+    auto* run = reinterpret_cast<Run*>(ctx->run);
+    BP_SDK_CHECK(run != nullptr && run->device == d, BP_ERR_INVALID_ARGUMENT,
+                 "remote: a kernel call outside a run of " + d->name + " (no begin(), or another device's run)");
+    run->calls.push_back(std::move(c));
   });
 }
 
-bp_error* synchronize(bp_device* device) {
+bp_error* synchronize(void*, bp_device* device, bp_run* handle, uint64_t* out_ns, size_t n_out) {
+  // The run ends here whatever happens.
+  std::unique_ptr<Run> run(reinterpret_cast<Run*>(handle));
+  if (!run) return make_error(BP_ERR_INVALID_ARGUMENT, "remote: synchronize without a run");
   auto* d = dev_of(device);
+  if (run->device != d) return make_error(BP_ERR_INVALID_ARGUMENT, "remote: synchronize of another device's run");
   Server& s = *d->server;
   std::lock_guard<std::mutex> lk(s.mu);
-  std::vector<Call> calls;
-  const auto me = std::this_thread::get_id();
-  if (auto it = d->pending.find(me); it != d->pending.end()) {
-    calls.swap(it->second);
-    d->pending.erase(it);
-  }
+  std::vector<Call> calls = std::move(run->calls);
   const size_t n_calls = calls.size();
-  const bool timed = d->timed.erase(me) > 0;
-  d->call_ns.erase(me);
+  const bool timed = run->timed;
+  if (timed && out_ns && n_out != n_calls)
+    return make_error(BP_ERR_INVALID_ARGUMENT, "remote: synchronize: the run made " + std::to_string(n_calls) +
+                                                   " calls, not " + std::to_string(n_out));
   const bool was_broken = s.broken;
   try {
     Batch b;
@@ -1095,11 +1079,9 @@ bp_error* synchronize(bp_device* device) {
     Response r = flush(s, &b);
     if (r.has_failure())
       return call_error(static_cast<bp_status_code>(r.failure().code()), r.failure().message(), r.failure().call_index());
-    if (timed) {
+    if (timed && out_ns) {
       const auto& got = r.batch().call_ns();
-      std::vector<uint64_t>& ns = d->call_ns[me];
-      ns.assign(n_calls, UINT64_MAX);
-      for (int i = 0; i < got.size() && static_cast<size_t>(i) < n_calls; ++i) ns[static_cast<size_t>(i)] = got[i];
+      for (size_t i = 0; i < n_calls; ++i) out_ns[i] = static_cast<int>(i) < got.size() ? got[static_cast<int>(i)] : UINT64_MAX;
     }
     return nullptr;
   } catch (const sdk::Error& e) {
@@ -1112,34 +1094,47 @@ bp_error* synchronize(bp_device* device) {
 
 // ---- instances ---------------------------------------------------------------------------------
 
-constexpr int kSlots = 16;
-std::mutex g_slots_mu;
-std::array<std::unique_ptr<Instance>, kSlots> g_slots;
+// Each instance owns its API table; the plugin context is the Instance.
+// An instance the host took but never initialized (it rejected the plugin
+// first) is reclaimed only when kMaxInstances are live.
+constexpr size_t kMaxInstances = 64;
+std::mutex g_instances_mu;
+std::vector<std::unique_ptr<Instance>> g_instances;
 
-template <int N> bp_error* slot_initialize(const bp_host_api* host) { return g_slots[N]->initialize(host); }
-template <int N> void slot_shutdown() {
-  g_slots[N]->shutdown();
-  std::lock_guard<std::mutex> lk(g_slots_mu);
-  g_slots[N].reset();
+Instance* instance(void* plugin) { return static_cast<Instance*>(plugin); }
+
+bp_error* initialize(const bp_plugin_api* self, const bp_host_api* host, void** out_plugin) {
+  Instance* inst = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(g_instances_mu);
+    for (auto& i : g_instances)
+      if (&i->api == self) inst = i.get();
+  }
+  if (!inst) return make_error(BP_ERR_INVALID_ARGUMENT, "remote: initialize of a table this library did not return");
+  *out_plugin = inst;
+  return inst->initialize(host);
 }
-template <int N> uint32_t slot_device_count() { return g_slots[N]->device_count(); }
-template <int N> bp_error* slot_device_get(uint32_t i, bp_device** out) {
-  *out = g_slots[N]->device(i);
+void shutdown(void* plugin) {
+  instance(plugin)->shutdown();
+  std::lock_guard<std::mutex> lk(g_instances_mu);
+  g_instances.erase(std::remove_if(g_instances.begin(), g_instances.end(),
+                                   [&](const auto& i) { return i.get() == plugin; }),
+                    g_instances.end());
+}
+uint32_t device_count(void* plugin) { return instance(plugin)->device_count(); }
+bp_error* device_get(void* plugin, uint32_t i, bp_device** out) {
+  *out = instance(plugin)->device(i);
   return *out ? nullptr : make_error(BP_ERR_INVALID_ARGUMENT, "remote: no such device");
 }
 
-template <int N> void fill(bp_plugin_api& a) {
-  a.struct_size = sizeof a;
-  a.abi_major = BP_ABI_VERSION_MAJOR;
-  a.abi_minor = BP_ABI_VERSION_MINOR;
-  a.error_code = sdk::error_code;
-  a.error_message = sdk::error_message;
+void fill(bp_plugin_api& a) {
+  a = sdk::api_table(kPluginName, kPluginVersion, std::vector<bp_kernel_desc>{});
   a.error_destroy = remote_error_destroy;
   a.error_call_index = remote_error_call_index;
-  a.initialize = slot_initialize<N>;
-  a.shutdown = slot_shutdown<N>;
-  a.device_count = slot_device_count<N>;
-  a.device_get = slot_device_get<N>;
+  a.initialize = initialize;
+  a.shutdown = shutdown;
+  a.device_count = device_count;
+  a.device_get = device_get;
   a.device_info = device_info;
   a.device_supports_kernel = device_supports_kernel;
   a.buffer_allocate = buffer_allocate;
@@ -1148,12 +1143,7 @@ template <int N> void fill(bp_plugin_api& a) {
   a.buffer_read = buffer_read;
   a.begin = begin;
   a.synchronize = synchronize;
-  a.begin_timed = begin_timed;
-  a.call_device_times = call_device_times;
-}
-
-template <int... N> void fill_all(int slot, bp_plugin_api& a, std::integer_sequence<int, N...>) {
-  ((slot == N ? fill<N>(a) : void()), ...);
+  a.run_flags = BP_RUN_TIMED;
 }
 
 }  // namespace
@@ -1167,18 +1157,12 @@ extern "C" BP_EXPORT bp_status_code backplane_plugin_entry(const bp_plugin_query
   if (query->struct_size >= offsetof(bp_plugin_query, instance) + sizeof(bp_string) && query->instance.data)
     config.assign(query->instance.data, query->instance.len);
   try {
-    std::lock_guard<std::mutex> lk(g_slots_mu);
-    // A table the host took but never initialized (it rejected the plugin
-    // first) is reclaimed only when every slot is taken.
-    int slot = -1;
-    for (int i = 0; i < kSlots && slot < 0; ++i)
-      if (!g_slots[i]) slot = i;
-    for (int i = 0; i < kSlots && slot < 0; ++i)
-      if (!g_slots[i]->initialized) {
-        g_slots[i].reset();
-        slot = i;
-      }
-    if (slot >= 0) {
+    std::lock_guard<std::mutex> lk(g_instances_mu);
+    if (g_instances.size() >= kMaxInstances) {
+      auto it = std::find_if(g_instances.begin(), g_instances.end(), [](const auto& i) { return !i->initialized; });
+      if (it != g_instances.end()) g_instances.erase(it);
+    }
+    if (g_instances.size() < kMaxInstances) {
       auto inst = std::make_unique<Instance>(config);
       if (!config.empty()) {
         // The names the host checks before initialize(): the isolated plugin's.
@@ -1189,16 +1173,16 @@ extern "C" BP_EXPORT bp_status_code backplane_plugin_entry(const bp_plugin_query
         }
       }
       auto& a = inst->api;
-      fill_all(slot, a, std::make_integer_sequence<int, kSlots>{});
+      fill(a);
       a.name = sdk::to_bp(inst->name);
       a.version = sdk::to_bp(inst->version);
-      g_slots[slot] = std::move(inst);
-      *out_api = &g_slots[slot]->api;
+      g_instances.push_back(std::move(inst));
+      *out_api = &g_instances.back()->api;
       return BP_OK;
     }
   } catch (...) {
   }
   if (query->error_buffer && query->error_buffer_size)
-    std::snprintf(query->error_buffer, query->error_buffer_size, "remote: more than %d instances at once", kSlots);
+    std::snprintf(query->error_buffer, query->error_buffer_size, "remote: more than %zu instances at once", kMaxInstances);
   return BP_ERR_UNAVAILABLE;
 }

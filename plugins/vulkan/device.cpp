@@ -73,7 +73,7 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
   }
 
   // A queue family that can compute.
-  BPVK_CHECK(props.limits.maxPushConstantsSize >= sizeof(PushConstants), BP_ERR_UNAVAILABLE,
+  BP_SDK_CHECK(props.limits.maxPushConstantsSize >= sizeof(PushConstants), BP_ERR_UNAVAILABLE,
              "vulkan: " + description + " offers fewer push-constant bytes than the shaders use");
 
   uint32_t nq = 0;
@@ -93,7 +93,7 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
         break;
       }
     }
-  BPVK_CHECK(found, BP_ERR_UNAVAILABLE, "vulkan: " + description + " has no compute queue");
+  BP_SDK_CHECK(found, BP_ERR_UNAVAILABLE, "vulkan: " + description + " has no compute queue");
 
   uint32_t next = 0;
   vkEnumerateDeviceExtensionProperties(phys, nullptr, &next, nullptr);
@@ -102,7 +102,7 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
   const bool api12 = props.apiVersion >= VK_API_VERSION_1_2;
   const bool ext8 = has_extension(exts, VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
   const bool ext_bda = has_extension(exts, VK_KHR_BUFFER_DEVICE_ADDRESS_EXTENSION_NAME);
-  BPVK_CHECK(api12 || ext_bda, BP_ERR_UNAVAILABLE,
+  BP_SDK_CHECK(api12 || ext_bda, BP_ERR_UNAVAILABLE,
              "vulkan: " + description + " has no buffer device addresses (Vulkan 1.2 or VK_KHR_buffer_device_address)");
 
   // Query optional features.
@@ -118,7 +118,7 @@ Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(
   fbda.pNext = &f16;
   if (api12 || ext8) f16.pNext = &f8;
   vkGetPhysicalDeviceFeatures2(phys, &f2);
-  BPVK_CHECK(fbda.bufferDeviceAddress, BP_ERR_UNAVAILABLE,
+  BP_SDK_CHECK(fbda.bufferDeviceAddress, BP_ERR_UNAVAILABLE,
              "vulkan: " + description + " lacks the bufferDeviceAddress feature");
 
   // Enable only what the shaders use.
@@ -340,7 +340,7 @@ void Context::initialize() {
 }
 
 Device& Context::device(uint32_t i) {
-  BPVK_CHECK(i < devices_.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: no device " + std::to_string(i));
+  BP_SDK_CHECK(i < devices_.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: no device " + std::to_string(i));
   return *devices_[i];
 }
 

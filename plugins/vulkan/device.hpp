@@ -61,7 +61,7 @@ class Device {
 
   bp_device* handle() { return reinterpret_cast<bp_device*>(this); }
   static Device& from(bp_device* d) {
-    BPVK_CHECK(d != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: null device");
+    BP_SDK_CHECK(d != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: null device");
     return *reinterpret_cast<Device*>(d);
   }
   // Whether the device has what a dtype needs (storage width, 64-bit types).

@@ -34,7 +34,6 @@ void Exec::destroy() {
   streams_.clear();
   idle_.clear();
   active_.clear();
-  times_.clear();
   dev_ = nullptr;
 }
 
@@ -103,45 +102,38 @@ void Exec::reset_stream(Stream& s) {
   s.prepared.clear();
 }
 
-void Exec::begin(bool timed, bool prepare) {
-  const auto tid = std::this_thread::get_id();
+Stream* Exec::begin(bool timed, bool prepare) {
   Stream* s = nullptr;
-  if (auto it = active_.find(tid); it != active_.end()) {
-    s = it->second;  // a run of this thread never synchronized: dropped below
-  } else if (!idle_.empty()) {
+  if (!idle_.empty()) {
     s = idle_.back();
     idle_.pop_back();
   } else {
     s = create_stream();
   }
-  active_[tid] = s;
-  times_.erase(tid);
   try {
     reset_stream(*s);
+    active_.insert(s);
   } catch (...) {
-    active_.erase(tid);
     idle_.push_back(s);
     throw;
   }
   s->recording = true;
   s->timed = timed;
   s->prepare = prepare;
+  return s;
 }
 
-void Exec::ensure_begun() {
-  auto it = active_.find(std::this_thread::get_id());
-  if (it == active_.end() || !it->second->recording) begin(false);
+Stream& Exec::stream(bp_run* run, const char* what) {
+  auto* s = reinterpret_cast<Stream*>(run);
+  BP_SDK_CHECK(s != nullptr && active_.count(s) && s->recording, BP_ERR_INVALID_ARGUMENT,
+               std::string("vulkan: ") + what + " outside an open run of " + dev_->name +
+                   " (the run handle is NULL, unknown or already synchronized)");
+  return *s;
 }
 
-void Exec::begin_call() { ++current().n_calls; }
+void Exec::begin_call(Stream& s) { ++s.n_calls; }
 
-Stream& Exec::current() {
-  ensure_begun();
-  return *active_.at(std::this_thread::get_id());
-}
-
-Binding Exec::scratch(uint64_t bytes) {
-  Stream& s = current();
+Binding Exec::scratch(Stream& s, uint64_t bytes) {
   if (s.scratch_size < bytes) {
     // Commands recorded in this run may still use the old one.
     if (s.scratch) s.retired_scratch.push_back(s.scratch);
@@ -226,11 +218,10 @@ std::pair<size_t, uint32_t> Exec::ring_put(Stream& s, std::span<const int32_t> a
   return {s.ring_chunk, word};
 }
 
-void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
-                    uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords,
+void Exec::dispatch(Stream& s, const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args,
+                    uint32_t n, uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords,
                     std::array<int32_t, 4> qwords) {
-  Stream& s = current();
-  BPVK_CHECK(operands.size() == p.n_operands && operands.size() <= kMaxOperands, BP_ERR_INTERNAL,
+  BP_SDK_CHECK(operands.size() == p.n_operands && operands.size() <= kMaxOperands, BP_ERR_INTERNAL,
              "vulkan: operand count mismatch");
   if (groups == 0 && !s.prepare) return;
   // Descriptors where every window fits one (set 1 of the pipeline's twin),
@@ -283,7 +274,7 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
                    {}};
   if (!pl->descriptors)
     for (size_t i = 0; i < operands.size(); ++i) {
-      BPVK_CHECK(operands[i].address != 0, BP_ERR_INTERNAL, "vulkan: an operand outside the device's memory blocks");
+      BP_SDK_CHECK(operands[i].address != 0, BP_ERR_INTERNAL, "vulkan: an operand outside the device's memory blocks");
       pc.addr[i] = operands[i].address + operands[i].offset;
     }
 
@@ -296,7 +287,7 @@ void Exec::dispatch(const Pipeline& p, std::span<const Binding> operands, std::s
     if (gy > mx[1]) {
       gz = (gy + mx[1] - 1) / mx[1];
       gy = mx[1];
-      BPVK_CHECK(gz <= mx[2], BP_ERR_INVALID_ARGUMENT, std::string("vulkan: ") + op + ": grid too large");
+      BP_SDK_CHECK(gz <= mx[2], BP_ERR_INVALID_ARGUMENT, std::string("vulkan: ") + op + ": grid too large");
     }
   }
   PendingDispatch& d = s.pending.emplace_back();
@@ -444,7 +435,7 @@ void Exec::record(Stream& s, std::unique_lock<std::mutex>& lock) {
 // Each kernel call's time: its timestamp less the one before (the run's
 // start or the last call that dispatched); 0 for a call that dispatched
 // nothing, UINT64_MAX where the device wrote no timestamp.
-void Exec::read_times(Stream& s) {
+std::vector<uint64_t> Exec::read_times(Stream& s) {
   const auto n = static_cast<size_t>(s.n_calls);
   std::vector<uint64_t> t(n, timestamp_mask_ ? 0 : UINT64_MAX);
   if (timestamp_mask_ && n > 0 && s.n_dispatches > 0) {
@@ -472,52 +463,39 @@ void Exec::read_times(Stream& s) {
       prev = c + 1;
     }
   }
-  times_[std::this_thread::get_id()] = std::move(t);
+  return t;
 }
 
-void Exec::call_device_times(uint64_t* out_ns, size_t n_calls) {
-  std::lock_guard<std::mutex> lock(dev_->mu);
-  auto it = times_.find(std::this_thread::get_id());
-  BPVK_CHECK(it != times_.end(), BP_ERR_INVALID_ARGUMENT,
-             "vulkan: call_device_times: no run begun with begin_timed() and synchronized without an error on this "
-             "thread (" + dev_->name + ")");
-  BPVK_CHECK(it->second.size() == n_calls, BP_ERR_INVALID_ARGUMENT,
-             "vulkan: call_device_times: n_calls is " + std::to_string(n_calls) + ", the timed run made " +
-                 std::to_string(it->second.size()) + " kernel calls (" + dev_->name + ")");
-  BPVK_CHECK(out_ns != nullptr || n_calls == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: call_device_times into NULL");
-  if (n_calls) std::memcpy(out_ns, it->second.data(), n_calls * sizeof(uint64_t));
-}
-
-void Exec::synchronize() {
+void Exec::synchronize(bp_run* run, uint64_t* out_ns, size_t n_calls) {
   std::unique_lock<std::mutex> lock(dev_->mu);
-  const auto tid = std::this_thread::get_id();
-  auto it = active_.find(tid);
-  if (it == active_.end()) return;
-  Stream& s = *it->second;
+  Stream& s = stream(run, "synchronize");
   // The stream goes back to the idle list however this ends.
   struct Release {
     Exec* e;
-    std::thread::id tid;
     Stream* s;
     ~Release() {
-      e->active_.erase(tid);
+      e->active_.erase(s);
       e->idle_.push_back(s);
     }
   };
-  if (!s.recording) {
-    Release r{this, tid, &s};
-    return;
-  }
   s.recording = false;
+  // A timed run's times go to out_ns, n_calls of them (the host's count).
+  auto give_times = [&](const std::vector<uint64_t>& t) {
+    if (!out_ns) return;
+    BP_SDK_CHECK(t.size() == n_calls, BP_ERR_INVALID_ARGUMENT,
+                 "vulkan: synchronize: n_calls is " + std::to_string(n_calls) + ", the timed run made " +
+                     std::to_string(t.size()) + " kernel calls (" + dev_->name + ")");
+    if (n_calls) std::memcpy(out_ns, t.data(), n_calls * sizeof(uint64_t));
+  };
   if (s.n_dispatches == 0) {
-    Release rel{this, tid, &s};
-    if (s.timed) times_[tid] = std::vector<uint64_t>(static_cast<size_t>(s.n_calls), 0);
+    Release rel{this, &s};
+    if (s.timed) give_times(std::vector<uint64_t>(static_cast<size_t>(s.n_calls), 0));
     return;
   }
   try {
     record(s, lock);
   } catch (...) {
-    Release rel{this, tid, &s};
+    Release rel{this, &s};
     throw;
   }
   VkSubmitInfo si{};
@@ -526,14 +504,14 @@ void Exec::synchronize() {
   si.pCommandBuffers = &s.cmd;
   VkResult r = vkQueueSubmit(dev_->queue, 1, &si, s.fence);
   if (r != VK_SUCCESS) {
-    Release rel{this, tid, &s};
+    Release rel{this, &s};
     vk_check(r, "vkQueueSubmit");
   }
   // Wait without the device lock so other threads keep recording.
   lock.unlock();
   r = vkWaitForFences(dev_->dev, 1, &s.fence, VK_TRUE, UINT64_MAX);
   lock.lock();
-  Release rel{this, tid, &s};
+  Release rel{this, &s};
   vkResetFences(dev_->dev, 1, &s.fence);
   vk_check(r, "vkWaitForFences");
   const auto* e = static_cast<const uint32_t*>(s.errors.ptr);
@@ -550,27 +528,7 @@ void Exec::synchronize() {
     throw DataError(BP_ERR_OUT_OF_RANGE, std::string(op) + ": " + what + " (vulkan, " + dev_->name + ")",
                     call >= 0 ? call : -1);
   }
-  if (s.timed) read_times(s);
-}
-
-bp_error* api_begin_timed(bp_device* device) {
-  return sdk::guard([&] {
-    Device& d = Device::from(device);
-    std::lock_guard<std::mutex> lock(d.mu);
-    d.exec.begin(true);
-  });
-}
-
-bp_error* api_begin_prepare(bp_device* device) {
-  return sdk::guard([&] {
-    Device& d = Device::from(device);
-    std::lock_guard<std::mutex> lock(d.mu);
-    d.exec.begin(false, true);
-  });
-}
-
-bp_error* api_call_device_times(bp_device* device, uint64_t* out_ns, size_t n_calls) {
-  return sdk::guard([&] { Device::from(device).exec.call_device_times(out_ns, n_calls); });
+  if (s.timed) give_times(read_times(s));
 }
 
 }  // namespace bpvk

@@ -1,19 +1,21 @@
-// Recording and submission. Each calling thread records into its own stream
-// (the host runs several plans on one device from several threads at once):
-// begin() takes a stream for the thread; each kernel appends its dispatches
+// Recording and submission. Each run records into its own stream, and the
+// stream is the run's handle (bp_run*): the host may have several runs open
+// on one device, driven from several threads at once. begin() takes an idle
+// stream (or makes one); each kernel appends its dispatches
 // (pipeline, push constants, grid, whether a barrier precedes it) to the
 // stream's list; synchronize() waits for the pipelines the run needs (their
 // compiles run on worker threads meanwhile, Pipelines::wait), records the
 // command buffer from the list, submits once, waits on the stream's fence and
-// turns the device error words into a bp_error. A run begun with
-// begin_timed() also writes a timestamp before and after each kernel call's
-// dispatches (ABI 1.3 call_device_times). A run begun with begin_prepare()
-// (ABI 1.4, when the host compiles a plan) records one empty dispatch (no
-// workgroups) per pipeline: its synchronize() waits for their compiles and
-// lets the driver do its first-dispatch work, and nothing runs.
+// turns the device error words into a bp_error; the stream goes back to the
+// idle list. A BP_RUN_TIMED run also writes a timestamp before and after
+// each kernel call's dispatches, and synchronize() hands back each call's
+// device time. A BP_RUN_PREPARE run (when the host compiles a plan) records
+// one empty dispatch (no workgroups) per pipeline: its synchronize() waits
+// for their compiles and lets the driver do its first-dispatch work, and
+// nothing runs.
 //
 // Locking: every entry point runs under Device::mu except the fence wait in
-// synchronize(), so threads record concurrently-safe and wait in parallel.
+// synchronize(), so runs record safely side by side and wait in parallel.
 #pragma once
 
 #include "memory.hpp"
@@ -24,7 +26,6 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -37,8 +38,8 @@ class Device;
 enum : uint32_t { kErrIndex = 1, kErrDivZero = 2, kErrCast = 4, kErrEmpty = 8 };
 
 // A data error found on the device (an index out of range, ...), reported by
-// synchronize() with the kernel call whose dispatch raised it (ABI 1.2
-// error_call_index).
+// synchronize() with the kernel call whose dispatch raised it
+// (error_call_index).
 class DataError : public Error {
  public:
   DataError(bp_status_code code, const std::string& message, int64_t call) : Error(code, message), call_(call) {}
@@ -78,8 +79,8 @@ struct Stream {
   VkCommandBuffer cmd = VK_NULL_HANDLE;
   VkFence fence = VK_NULL_HANDLE;
   bool recording = false;  // begun and not yet synchronized
-  bool timed = false;      // begun with begin_timed()
-  bool prepare = false;    // begun with begin_prepare(): empty dispatches only
+  bool timed = false;      // BP_RUN_TIMED
+  bool prepare = false;    // BP_RUN_PREPARE: empty dispatches only
   std::vector<const Pipeline*> prepared;  // a preparing run's pipelines, each dispatched once
   uint32_t n_dispatches = 0;
   std::vector<PendingDispatch> pending;
@@ -104,37 +105,34 @@ class Exec {
   void init(Device* dev);
   void destroy();
 
-  // All of these act on the calling thread's stream; the caller holds
-  // Device::mu.
-  // timed: begin_timed() (ABI 1.3), each kernel call's device time measured.
-  // prepare: begin_prepare() (ABI 1.4), each pipeline dispatched once with
-  // no workgroups.
-  void begin(bool timed = false, bool prepare = false);
-  void ensure_begun();
-  // A kernel call starts (begins implicitly): its dispatches belong to it.
-  void begin_call();
+  // The caller of these holds Device::mu.
+  // A new run. timed: each kernel call's device time measured. prepare:
+  // each pipeline dispatched once with no workgroups.
+  Stream* begin(bool timed = false, bool prepare = false);
+  // The open run behind a handle the host passed; throws naming `what` for
+  // NULL, a handle that is not an open run of this device, or one already
+  // synchronized.
+  Stream& stream(bp_run* run, const char* what);
+  // A kernel call starts: its dispatches belong to it.
+  void begin_call(Stream& s);
   // Records one dispatch of `groups` workgroups (folded into a 2-D/3-D grid
   // as the device limits require). args: the dispatch's argument block.
   // extra / p: the push-constant words of the family (shaders/common.glsl).
-  void dispatch(const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
+  void dispatch(Stream& s, const Pipeline& p, std::span<const Binding> operands, std::span<const int32_t> args, uint32_t n,
                 uint32_t extra, uint64_t groups, const char* op, std::array<int32_t, 4> pwords = {},
                 std::array<int32_t, 4> qwords = {});
   // A device buffer of at least `bytes` for intermediate results, valid until
   // the stream's next begin() (split reductions).
-  Binding scratch(uint64_t bytes);
+  Binding scratch(Stream& s, uint64_t bytes);
 
-  // Submits the calling thread's run, waits and reports. Takes Device::mu
+  // Submits a run, waits, reports and ends it. For a timed run with out_ns,
+  // writes its n_calls kernel calls' device times there. Takes Device::mu
   // itself (the caller must not hold it).
-  void synchronize();
-  // ABI 1.3: the device time of each kernel call of the calling thread's
-  // last run, if it was begun with begin_timed() and synchronized without an
-  // error. Takes Device::mu itself.
-  void call_device_times(uint64_t* out_ns, size_t n_calls);
+  void synchronize(bp_run* run, uint64_t* out_ns, size_t n_calls);
   // Whether the queue writes timestamps (else every time is UINT64_MAX).
   bool timestamps() const { return timestamp_mask_ != 0; }
 
  private:
-  Stream& current();
   Stream* create_stream();
   void destroy_stream(Stream& s);
   void reset_stream(Stream& s);
@@ -143,22 +141,14 @@ class Exec {
   std::pair<size_t, uint32_t> ring_put(Stream& s, std::span<const int32_t> args);
   // Waits for the run's pipelines (without Device::mu), then records.
   void record(Stream& s, std::unique_lock<std::mutex>& lock);
-  void read_times(Stream& s);
+  std::vector<uint64_t> read_times(Stream& s);
 
   Device* dev_ = nullptr;
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<Stream*> idle_;
-  std::unordered_map<std::thread::id, Stream*> active_;
-  // Per thread, the call times of its last timed run (call_device_times).
-  std::unordered_map<std::thread::id, std::vector<uint64_t>> times_;
+  std::unordered_set<Stream*> active_;  // open runs
   uint64_t timestamp_mask_ = 0;  // of timestampValidBits; 0: no timestamps
   double timestamp_period_ = 1;  // ns per tick
 };
-
-// ABI 1.3 entries (installed in plugin.cpp).
-bp_error* api_begin_timed(bp_device* device);
-bp_error* api_call_device_times(bp_device* device, uint64_t* out_ns, size_t n_calls);
-// ABI 1.4.
-bp_error* api_begin_prepare(bp_device* device);
 
 }  // namespace bpvk

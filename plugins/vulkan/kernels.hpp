@@ -15,6 +15,7 @@ struct Row;
 
 struct Call {
   Device& dev;
+  Stream& stream;  // the run this call belongs to
   const Row& row;
   const bp_storage* in;
   size_t n_in;

@@ -10,7 +10,7 @@ namespace bpvk {
 const char* Call::op() const { return row.op.c_str(); }
 
 const bp_op_params& Call::params_of(bp_params_kind kind) const {
-  BPVK_CHECK(params != nullptr && params->kind == kind, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(params != nullptr && params->kind == kind, BP_ERR_INVALID_ARGUMENT,
              std::string(op()) + ": params of the wrong kind (resolver bug)");
   return *params;
 }
@@ -47,36 +47,37 @@ bp_error* kernel_entry(const bp_kernel_context* ctx, const bp_storage* inputs, s
                        const bp_storage* outputs, size_t n_outputs, const bp_layout* layouts,
                        const bp_op_params* params) {
   return sdk::guard([&] {
-    BPVK_CHECK(ctx != nullptr && ctx->device != nullptr, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(ctx != nullptr && ctx->device != nullptr, BP_ERR_INVALID_ARGUMENT,
                "vulkan: kernel called without a device");
     const auto& rows = registry().rows();
-    BPVK_CHECK(ctx->kernel_index < rows.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: bad kernel index");
+    BP_SDK_CHECK(ctx->kernel_index < rows.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: bad kernel index");
     const Row& row = rows[ctx->kernel_index];
     const size_t want = row.dtypes.size() - 1;
-    BPVK_CHECK(
+    BP_SDK_CHECK(
         n_outputs == 1 && outputs != nullptr && layouts != nullptr && (n_inputs == 0 || inputs != nullptr),
         BP_ERR_INVALID_ARGUMENT, row.op + ": expected one output");
-    BPVK_CHECK(row.variadic ? n_inputs >= want : n_inputs == want, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(row.variadic ? n_inputs >= want : n_inputs == want, BP_ERR_INVALID_ARGUMENT,
                row.op + ": got " + std::to_string(n_inputs) + " inputs, expected " + std::to_string(want));
     for (size_t i = 0; i < n_inputs; ++i) {
       const bp_dtype expect = row.dtypes[std::min(i, want - 1)];
-      BPVK_CHECK(inputs[i].buffer_handle == 0 || inputs[i].dtype == expect, BP_ERR_INVALID_ARGUMENT,
+      BP_SDK_CHECK(inputs[i].buffer_handle == 0 || inputs[i].dtype == expect, BP_ERR_INVALID_ARGUMENT,
                  row.op + ": input " + std::to_string(i) + " is " + dt(inputs[i].dtype) +
                      ", kernel expects " + dt(expect));
       const bp_layout& l = layouts[i];
-      BPVK_CHECK(l.rank <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT, row.op + ": rank > 8");
+      BP_SDK_CHECK(l.rank <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT, row.op + ": rank > 8");
     }
-    BPVK_CHECK(outputs[0].buffer_handle != 0, BP_ERR_INVALID_ARGUMENT, row.op + ": output has no buffer");
-    BPVK_CHECK(outputs[0].dtype == row.dtypes.back(), BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(outputs[0].buffer_handle != 0, BP_ERR_INVALID_ARGUMENT, row.op + ": output has no buffer");
+    BP_SDK_CHECK(outputs[0].dtype == row.dtypes.back(), BP_ERR_INVALID_ARGUMENT,
                row.op + ": output is " + dt(outputs[0].dtype) + ", kernel writes " + dt(row.dtypes.back()));
-    BPVK_CHECK(
+    BP_SDK_CHECK(
         row.bundle_slots == 0 || (outputs[0].n_slots == row.bundle_slots && outputs[0].slots != nullptr),
         BP_ERR_INVALID_ARGUMENT,
         row.op + ": expected a bundle of " + std::to_string(row.bundle_slots) + " slots");
     Device& dev = Device::from(ctx->device);
     std::lock_guard<std::mutex> lock(dev.mu);
-    dev.exec.begin_call();
-    Call c{dev, row, inputs, n_inputs, outputs, layouts, params};
+    Stream& stream = dev.exec.stream(ctx->run, row.op.c_str());
+    dev.exec.begin_call(stream);
+    Call c{dev, stream, row, inputs, n_inputs, outputs, layouts, params};
     row.impl(c);
   });
 }
@@ -117,13 +118,13 @@ Operand window(Call& c, const bp_storage& s, int64_t lo_el, int64_t hi_el, int64
                bool write, uint64_t extra_bytes) {
   const auto& a = c.dev.memory.get(s.buffer_handle);
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
-  BPVK_CHECK(es > 0, BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": bad dtype");
+  BP_SDK_CHECK(es > 0, BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": bad dtype");
   // Everything must lie inside the storage, and the storage inside its buffer.
-  BPVK_CHECK(s.byte_offset <= a.size && s.byte_size <= a.size - s.byte_offset, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(s.byte_offset <= a.size && s.byte_size <= a.size - s.byte_offset, BP_ERR_INVALID_ARGUMENT,
              std::string(c.op()) + ": storage outside its buffer");
   const int64_t lo_b = static_cast<int64_t>(extra_bytes) + lo_el * es;
   const int64_t hi_b = static_cast<int64_t>(extra_bytes) + (hi_el + 1) * es;
-  BPVK_CHECK(lo_b >= 0 && hi_b <= static_cast<int64_t>(s.byte_size), BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(lo_b >= 0 && hi_b <= static_cast<int64_t>(s.byte_size), BP_ERR_INVALID_ARGUMENT,
              std::string(c.op()) + ": layout reaches outside its storage (bytes " + std::to_string(lo_b) +
                  ".." + std::to_string(hi_b) + " of " + std::to_string(s.byte_size) + ")");
   const uint64_t start = a.offset + s.byte_offset + static_cast<uint64_t>(lo_b);
@@ -133,9 +134,9 @@ Operand window(Call& c, const bp_storage& s, int64_t lo_el, int64_t hi_el, int64
   const uint64_t range = end - base;
   // No maxStorageBufferRange limit: a window past it is passed by device
   // address (Exec::dispatch).
-  BPVK_CHECK((start - base) % static_cast<uint64_t>(es) == 0, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK((start - base) % static_cast<uint64_t>(es) == 0, BP_ERR_INVALID_ARGUMENT,
              std::string(c.op()) + ": storage not aligned to its element size");
-  BPVK_CHECK(range / static_cast<uint64_t>(es) < (1ull << 31), BP_ERR_UNIMPLEMENTED,
+  BP_SDK_CHECK(range / static_cast<uint64_t>(es) < (1ull << 31), BP_ERR_UNIMPLEMENTED,
              std::string(c.op()) + ": more than 2^31 elements in one view (vulkan plugin limit)");
   Operand o;
   o.binding.buffer = c.dev.memory.vk_buffer(a);
@@ -155,7 +156,7 @@ Operand window(Call& c, const bp_storage& s, int64_t lo_el, int64_t hi_el, int64
 }  // namespace
 
 Operand bind(Call& c, const bp_storage& s, const bp_layout& l, bp_dtype dtype, bool write, uint64_t extra_bytes) {
-  BPVK_CHECK(s.buffer_handle != 0, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(s.buffer_handle != 0, BP_ERR_INVALID_ARGUMENT,
              std::string(c.op()) + ": operand without a buffer");
   int64_t lo = l.offset, hi = l.offset;
   for (uint32_t i = 0; i < l.rank; ++i) {
@@ -192,12 +193,12 @@ Operand bind_dummy(Call& c) {
 }
 
 void Args::i32(int64_t v) {
-  BPVK_CHECK(v >= INT32_MIN && v <= INT32_MAX, BP_ERR_UNIMPLEMENTED,
+  BP_SDK_CHECK(v >= INT32_MIN && v <= INT32_MAX, BP_ERR_UNIMPLEMENTED,
              "vulkan: value " + std::to_string(v) + " exceeds the 32-bit index range of the shaders");
   w.push_back(static_cast<int32_t>(v));
 }
 void Args::u32(uint64_t v) {
-  BPVK_CHECK(v <= UINT32_MAX, BP_ERR_UNIMPLEMENTED, "vulkan: value exceeds 32 bits");
+  BP_SDK_CHECK(v <= UINT32_MAX, BP_ERR_UNIMPLEMENTED, "vulkan: value exceeds 32 bits");
   w.push_back(static_cast<int32_t>(static_cast<uint32_t>(v)));
 }
 void Args::f32(double v) {
@@ -297,7 +298,7 @@ RowPlan row_header(Args& a, const bp_layout& in, const int64_t* out_strides, uin
                            (cpu_rows && inner_contiguous && p.outer_n >= 2048));
   p.mode = per_thread ? 1 : 0;
   p.groups = per_thread ? ceil_div(p.outer_n, 256) : p.outer_n;
-  BPVK_CHECK(p.groups < (1ull << 32), BP_ERR_UNIMPLEMENTED, "vulkan: too many rows");
+  BP_SDK_CHECK(p.groups < (1ull << 32), BP_ERR_UNIMPLEMENTED, "vulkan: too many rows");
   return p;
 }
 
@@ -326,7 +327,7 @@ void dispatch_rows(Call& c, const std::string& shader_name, const std::vector<in
   std::vector<int32_t> s = row_spec(spec, p.mode);
   if (p.vec != 0) s.push_back(static_cast<int32_t>(p.vec));
   const Pipeline& pl = c.dev.pipelines.get(shader_name, s, static_cast<uint32_t>(bindings.size()));
-  c.dev.exec.dispatch(pl, bindings, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op(), p.pwords);
+  c.dev.exec.dispatch(c.stream, pl, bindings, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op(), p.pwords);
 }
 
 }  // namespace bpvk

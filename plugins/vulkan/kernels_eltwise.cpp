@@ -29,7 +29,7 @@ void eltwise_dispatch(Call& c, std::string shader_name, std::vector<int32_t> spe
                       bool fast_module = false) {
   const int64_t n = numel(ol);
   if (n == 0) return;
-  BPVK_CHECK(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
+  BP_SDK_CHECK(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
              std::string(c.op()) + ": more than 2^31 elements (vulkan plugin limit)");
   std::vector<Binding> bindings;
   std::vector<int64_t> offsets;
@@ -38,7 +38,7 @@ void eltwise_dispatch(Call& c, std::string shader_name, std::vector<int32_t> spe
   offsets.reserve(ins.size() + 1);
   strides.reserve(ins.size() + 1);
   for (const In& in : ins) {
-    BPVK_CHECK(in.l->rank == ol.rank, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(in.l->rank == ol.rank, BP_ERR_INVALID_ARGUMENT,
                std::string(c.op()) + ": input rank differs from output");
     Operand o = bind(c, *in.s, *in.l, in.dt, false);
     bindings.push_back(o.binding);
@@ -120,7 +120,7 @@ void eltwise_dispatch(Call& c, std::string shader_name, std::vector<int32_t> spe
   const Pipeline& p = c.dev.pipelines.get(shader_name, spec, static_cast<uint32_t>(bindings.size()));
   const bool block = fast_mode && (spec[1] & 65536) != 0;
   const uint64_t groups = block ? ceil_div(co.shape[0], 16) * ceil_div(co.shape[1], 256) : ceil_div(n, kWG * kPerThread);
-  c.dev.exec.dispatch(p, bindings, a.w, static_cast<uint32_t>(n), extra, groups, c.op(), pw, qw);
+  c.dev.exec.dispatch(c.stream, p, bindings, a.w, static_cast<uint32_t>(n), extra, groups, c.op(), pw, qw);
 }
 
 void binary_impl(Call& c) {
@@ -217,20 +217,20 @@ void concat_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
   const bp_layout& ol = c.lout();
-  BPVK_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < ol.rank, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < ol.rank, BP_ERR_INVALID_ARGUMENT,
              "concat: dim out of range");
   int64_t at = 0;
   for (size_t k = 0; k < c.n_in; ++k) {
     const bp_layout& il = c.lin(k);
-    BPVK_CHECK(il.rank == ol.rank, BP_ERR_INVALID_ARGUMENT, "concat: input rank differs from output");
+    BP_SDK_CHECK(il.rank == ol.rank, BP_ERR_INVALID_ARGUMENT, "concat: input rank differs from output");
     bp_layout view = ol;
     for (uint32_t i = 0; i < ol.rank; ++i) view.shape[i] = il.shape[i];
     view.offset = ol.offset + at * ol.strides[dim];
     at += il.shape[dim];
-    BPVK_CHECK(at <= ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs longer than the output");
+    BP_SDK_CHECK(at <= ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs longer than the output");
     eltwise_dispatch(c, copy_shader(d, d), {}, true, {{&c.in[k], &il, d}}, c.out[0], view, d, Args{});
   }
-  BPVK_CHECK(at == ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs do not fill the output");
+  BP_SDK_CHECK(at == ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs do not fill the output");
 }
 
 }  // namespace

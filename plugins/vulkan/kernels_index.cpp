@@ -14,10 +14,10 @@ void gather_dispatch(Call& c, const Operand& x, const Operand& idx, const Operan
                      const int64_t* xs, const int64_t* is, int64_t x_dim_stride, int64_t x_dim_size) {
   const int64_t n = numel(ol);
   if (n == 0) return;
-  BPVK_CHECK(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, std::string(c.op()) + ": more than 2^31 elements");
+  BP_SDK_CHECK(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, std::string(c.op()) + ": more than 2^31 elements");
   const auto os = dense_strides(ol.rank, ol.shape);
   const Coalesced co = coalesce(ol.rank, ol.shape, {xs, is, os.data()});
-  BPVK_CHECK(x_dim_size > 0, BP_ERR_OUT_OF_RANGE, std::string(c.op()) + ": index into an empty dim");
+  BP_SDK_CHECK(x_dim_size > 0, BP_ERR_OUT_OF_RANGE, std::string(c.op()) + ": index into an empty dim");
   Args a;
   a.i32(co.rank);
   for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < co.rank ? co.shape[i] : 1);
@@ -30,14 +30,14 @@ void gather_dispatch(Call& c, const Operand& x, const Operand& idx, const Operan
   a.i32(x_dim_size);
   const Pipeline& p = c.dev.pipelines.get(shader("index", c.row.dtypes[0]), {}, 3);
   const Binding b[] = {x.binding, idx.binding, o.binding};
-  c.dev.exec.dispatch(p, b, a.w, static_cast<uint32_t>(n), 0, ceil_div(n, kWG), c.op());
+  c.dev.exec.dispatch(c.stream, p, b, a.w, static_cast<uint32_t>(n), 0, ceil_div(n, kWG), c.op());
 }
 
 void gather_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout &xl = c.lin(0), &il = c.lin(1), &ol = c.lout();
   const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
-  BPVK_CHECK(xl.rank == il.rank && il.rank == ol.rank && dim >= 0 && static_cast<uint32_t>(dim) < xl.rank,
+  BP_SDK_CHECK(xl.rank == il.rank && il.rank == ol.rank && dim >= 0 && static_cast<uint32_t>(dim) < xl.rank,
              BP_ERR_INVALID_ARGUMENT, "gather: ranks or dim do not match");
   if (numel(ol) == 0) return;
   Operand x = bind(c, c.in[0], xl, d, false);
@@ -52,7 +52,7 @@ void index_select_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout &xl = c.lin(0), &il = c.lin(1), &ol = c.lout();
   const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
-  BPVK_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < xl.rank && ol.rank == xl.rank - 1 + il.rank,
+  BP_SDK_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < xl.rank && ol.rank == xl.rank - 1 + il.rank,
              BP_ERR_INVALID_ARGUMENT, "index_select: ranks or dim do not match");
   if (numel(ol) == 0) return;
   Operand x = bind(c, c.in[0], xl, d, false);
@@ -76,17 +76,17 @@ void topk_impl(Call& c) {
   const auto& tp = c.params_of(BP_PARAMS_TOPK).u.topk;
   const bp_bundle_slot* slots = c.out[0].slots;
   const bp_layout& vl = slots[0].layout;
-  BPVK_CHECK(slots[0].dtype == d && slots[1].dtype == BP_DTYPE_I64, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(slots[0].dtype == d && slots[1].dtype == BP_DTYPE_I64, BP_ERR_INVALID_ARGUMENT,
              "topk: bad bundle slots");
   const uint32_t rank = in.rank;
   const int dim = rank == 0 ? 0 : tp.dim;
-  BPVK_CHECK(rank == 0 || (dim >= 0 && static_cast<uint32_t>(dim) < rank), BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(rank == 0 || (dim >= 0 && static_cast<uint32_t>(dim) < rank), BP_ERR_INVALID_ARGUMENT,
              "topk: dim out of range");
   const int64_t n = rank == 0 ? 1 : in.shape[dim];
-  BPVK_CHECK(tp.k >= 0 && tp.k <= n, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(tp.k >= 0 && tp.k <= n, BP_ERR_INVALID_ARGUMENT,
              "topk: k = " + std::to_string(tp.k) + " outside [0, " + std::to_string(n) + "]");
   const int64_t n_out = numel(vl);
-  BPVK_CHECK(numel(slots[1].layout) == n_out, BP_ERR_INVALID_ARGUMENT, "topk: slot shapes differ");
+  BP_SDK_CHECK(numel(slots[1].layout) == n_out, BP_ERR_INVALID_ARGUMENT, "topk: slot shapes differ");
   if (n_out == 0) return;
   const uint32_t mask = rank == 0 ? 0u : 1u << dim;
   // Output strides per input dim: dense over the output shape (dim has k).
@@ -128,7 +128,7 @@ void topk_impl(Call& c) {
     if (!onepass) spec.push_back(static_cast<int32_t>(std::min<uint32_t>(c.dev.features.subgroup_size, 64)));
     const Binding bs[] = {x.binding, ov.binding, oi.binding};
     const std::string name = shader("topk", d) + (onepass ? "_onepass" : "_wgmerge");
-    c.dev.exec.dispatch(c.dev.pipelines.get(name, spec, 3), bs, a.w, static_cast<uint32_t>(p.outer_n), p.mode,
+    c.dev.exec.dispatch(c.stream, c.dev.pipelines.get(name, spec, 3), bs, a.w, static_cast<uint32_t>(p.outer_n), p.mode,
                         p.groups, c.op());
     return;
   }

@@ -24,10 +24,10 @@ void matmul_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout &al = c.lin(0), &bl = c.lin(1), &cl = c.lout();
   const uint32_t r = cl.rank;
-  BPVK_CHECK(r >= 2 && al.rank == r && bl.rank == r, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(r >= 2 && al.rank == r && bl.rank == r, BP_ERR_INVALID_ARGUMENT,
              "matmul: operands must have the output's rank >= 2");
   const int64_t M = al.shape[r - 2], K = al.shape[r - 1], N = bl.shape[r - 1];
-  BPVK_CHECK(bl.shape[r - 2] == K && cl.shape[r - 2] == M && cl.shape[r - 1] == N, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(bl.shape[r - 2] == K && cl.shape[r - 2] == M && cl.shape[r - 1] == N, BP_ERR_INVALID_ARGUMENT,
              "matmul: shapes do not match");
   const int64_t total = numel(cl);
   if (total == 0) return;
@@ -70,23 +70,23 @@ void matmul_impl(Call& c) {
   const int tm = small ? 4 : kDirectTM, tn = small ? 4 : kDirectTN;
   const int64_t blocks = direct ? ceil_div(M, tm) * ceil_div(N, tn) * batch : ceil_div(M, 64) * ceil_div(N, 64) * batch;
   const uint64_t groups = direct ? ceil_div(blocks, kDirectWG) : blocks;
-  BPVK_CHECK(groups < (1ull << 31) && blocks < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, "matmul: too many tiles");
+  BP_SDK_CHECK(groups < (1ull << 31) && blocks < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, "matmul: too many tiles");
   const Pipeline& p = direct ? c.dev.pipelines.get(shader("matmul", d) + (small ? "_direct4" : "_direct"), {bvec ? 1 : 0}, 3)
                              : c.dev.pipelines.get(shader("matmul", d), {}, 3);
   const Binding bs[] = {a.binding, b.binding, o.binding};
-  c.dev.exec.dispatch(p, bs, args.w, static_cast<uint32_t>(batch), 0, groups, c.op());
+  c.dev.exec.dispatch(c.stream, p, bs, args.w, static_cast<uint32_t>(batch), 0, groups, c.op());
 }
 
 void conv2d_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout &xl = c.lin(0), &wl = c.lin(1), &ol = c.lout();
   const auto& cp = c.params_of(BP_PARAMS_CONV2D).u.conv2d;
-  BPVK_CHECK(xl.rank == 4 && wl.rank == 4 && ol.rank == 4, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(xl.rank == 4 && wl.rank == 4 && ol.rank == 4, BP_ERR_INVALID_ARGUMENT,
              "conv2d: x, w and output must be 4-D");
   const int64_t N = xl.shape[0], C = xl.shape[1], H = xl.shape[2], W = xl.shape[3];
   const int64_t O = wl.shape[0], KH = wl.shape[2], KW = wl.shape[3];
   const int64_t OH = ol.shape[2], OW = ol.shape[3];
-  BPVK_CHECK(cp.groups >= 1 && C % cp.groups == 0 && O % cp.groups == 0 && wl.shape[1] == C / cp.groups &&
+  BP_SDK_CHECK(cp.groups >= 1 && C % cp.groups == 0 && O % cp.groups == 0 && wl.shape[1] == C / cp.groups &&
                  ol.shape[0] == N && ol.shape[1] == O,
              BP_ERR_INVALID_ARGUMENT, "conv2d: shapes and groups do not match");
   const int64_t total = numel(ol);
@@ -105,7 +105,7 @@ void conv2d_impl(Call& c) {
   a.i32(b.offset);
   a.i32(o.offset);
   a.i32(has_bias ? 1 : 0);
-  BPVK_CHECK(total < (int64_t{1} << 31) && C / cp.groups * KH * KW < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
+  BP_SDK_CHECK(total < (int64_t{1} << 31) && C / cp.groups * KH * KW < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED,
              "conv2d: more than 2^31 outputs or reduction terms");
   // A CPU device takes the direct form (shaders/conv2d.comp: DIRECT_FORM): a
   // block of to output channels x tw output columns per invocation.
@@ -113,13 +113,13 @@ void conv2d_impl(Call& c) {
   const int to = kDirectTO, tw = kDirectTW;
   const int64_t og = O / cp.groups;
   const int64_t blocks = direct ? ceil_div(og, to) * N * OH * ceil_div(OW, tw) * cp.groups : 0;
-  BPVK_CHECK(blocks < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, "conv2d: too many output blocks");
+  BP_SDK_CHECK(blocks < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, "conv2d: too many output blocks");
   const uint64_t groups = direct ? ceil_div(blocks, kDirectWG)
                                  : ceil_div(N * OH * OW, 64) * ceil_div(og, 64) * static_cast<uint64_t>(cp.groups);
   const Pipeline& p = direct ? c.dev.pipelines.get(shader("conv2d", d) + "_direct", {}, 4)
                              : c.dev.pipelines.get(shader("conv2d", d), {}, 4);
   const Binding bs[] = {x.binding, w.binding, b.binding, o.binding};
-  c.dev.exec.dispatch(p, bs, a.w, static_cast<uint32_t>(total), 0, groups, c.op());
+  c.dev.exec.dispatch(c.stream, p, bs, a.w, static_cast<uint32_t>(total), 0, groups, c.op());
 }
 
 // max_pool2d (code 0) and avg_pool2d (code 1): shaders/pool2d.comp.
@@ -128,9 +128,9 @@ void pool2d_impl(Call& c) {
   const bool avg = c.row.code == 1;
   const bp_layout &xl = c.lin(0), &ol = c.lout();
   const auto& p = c.params_of(BP_PARAMS_POOL2D).u.pool2d;
-  BPVK_CHECK(xl.rank == 4 && ol.rank == 4 && ol.shape[0] == xl.shape[0] && ol.shape[1] == xl.shape[1],
+  BP_SDK_CHECK(xl.rank == 4 && ol.rank == 4 && ol.shape[0] == xl.shape[0] && ol.shape[1] == xl.shape[1],
              BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": x and output must be 4-D, [N, C, ...] alike");
-  BPVK_CHECK(p.kernel[0] >= 1 && p.kernel[1] >= 1 && p.stride[0] >= 1 && p.stride[1] >= 1 && p.dilation[0] >= 1 &&
+  BP_SDK_CHECK(p.kernel[0] >= 1 && p.kernel[1] >= 1 && p.stride[0] >= 1 && p.stride[1] >= 1 && p.dilation[0] >= 1 &&
                  p.dilation[1] >= 1 && p.padding[0] >= 0 && p.padding[1] >= 0 && p.padding[2] >= 0 && p.padding[3] >= 0,
              BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": bad pooling params");
   const int64_t total = numel(ol);
@@ -153,13 +153,13 @@ void pool2d_impl(Call& c) {
   for (int i = 0; i < 4; ++i) a.i32(xl.strides[i]);
   a.i32(o.offset);
   // Window positions (oh·stride + (k - 1)·dilation) must fit int32 in the shader.
-  BPVK_CHECK(total < (int64_t{1} << 31) &&
+  BP_SDK_CHECK(total < (int64_t{1} << 31) &&
                  (ol.shape[2] - 1) * p.stride[0] + (int64_t{p.kernel[0]} - 1) * p.dilation[0] < (int64_t{1} << 31) &&
                  (ol.shape[3] - 1) * p.stride[1] + (int64_t{p.kernel[1]} - 1) * p.dilation[1] < (int64_t{1} << 31),
              BP_ERR_UNIMPLEMENTED, std::string(c.op()) + ": more than 2^31 outputs or window positions");
   const Pipeline& pl_ = c.dev.pipelines.get(shader("pool2d", d) + (avg ? "_avg" : "_max"), {}, 2);
   const Binding bs[] = {x.binding, o.binding};
-  c.dev.exec.dispatch(pl_, bs, a.w, static_cast<uint32_t>(total), 0, ceil_div(static_cast<uint64_t>(total), 256), c.op());
+  c.dev.exec.dispatch(c.stream, pl_, bs, a.w, static_cast<uint32_t>(total), 0, ceil_div(static_cast<uint64_t>(total), 256), c.op());
 }
 
 }  // namespace

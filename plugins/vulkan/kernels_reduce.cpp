@@ -59,7 +59,7 @@ uint32_t dims_mask(const bp_layout& in, uint32_t n_dims, const int32_t* dims) {
   if (n_dims == 0) return in.rank == 0 ? 0u : ((1u << in.rank) - 1u);  // absent = all dims
   uint32_t m = 0;
   for (uint32_t i = 0; i < n_dims; ++i) {
-    BPVK_CHECK(dims[i] >= 0 && static_cast<uint32_t>(dims[i]) < in.rank, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(dims[i] >= 0 && static_cast<uint32_t>(dims[i]) < in.rank, BP_ERR_INVALID_ARGUMENT,
                "reduction dim out of range");
     m |= 1u << dims[i];
   }
@@ -78,7 +78,7 @@ void reduce_impl(Call& c) {
   Operand o = bind_dense(c, c.out[0], n_out, d, true);
   Args a;
   RowPlan p = row_header(a, in, os.data(), mask, x.offset, o.offset, true, c.cpu_device());
-  BPVK_CHECK(p.outer_n == n_out, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(p.outer_n == n_out, BP_ERR_INVALID_ARGUMENT,
              std::string(c.op()) + ": output size does not match the reduction");
   if (p.inner_n == 0 && c.row.code >= 3)
     fail(BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": reduction over an empty dim has no identity");
@@ -112,31 +112,31 @@ void reduce_impl(Call& c) {
     if (P == 1) {
       a.i32(0);
       a.i32(0);
-      Binding none = c.dev.exec.scratch(4);
+      Binding none = c.dev.exec.scratch(c.stream, 4);
       none.write = false;
       none.handle = 0;
       spec[1] = 5;
       const Pipeline& pl = c.dev.pipelines.get(shader("reduce", d) + "_cols", spec, 3);
       const Binding bs[] = {x.binding, o.binding, none};
-      c.dev.exec.dispatch(pl, bs, a.w, static_cast<uint32_t>(cols), 5, static_cast<uint64_t>(gpc), c.op(),
+      c.dev.exec.dispatch(c.stream, pl, bs, a.w, static_cast<uint32_t>(cols), 5, static_cast<uint64_t>(gpc), c.op(),
                           {0, static_cast<int32_t>(gpc), 0, 0});
       return;
     }
     const uint64_t ct = (d == BP_DTYPE_F64 || d == BP_DTYPE_I64) ? 8 : 4;
-    Binding s = c.dev.exec.scratch(static_cast<uint64_t>(P * cols) * ct);
+    Binding s = c.dev.exec.scratch(c.stream, static_cast<uint64_t>(P * cols) * ct);
     a.i32(0);
     a.i32(0);
     spec[1] = 6;
     const Pipeline& pl = c.dev.pipelines.get(shader("reduce", d) + "_cols", spec, 3);
     const Binding b1[] = {x.binding, o.binding, s};
-    c.dev.exec.dispatch(pl, b1, a.w, static_cast<uint32_t>(cols), 6, static_cast<uint64_t>(gpc * P), c.op(),
+    c.dev.exec.dispatch(c.stream, pl, b1, a.w, static_cast<uint32_t>(cols), 6, static_cast<uint64_t>(gpc * P), c.op(),
                         {0, static_cast<int32_t>(gpc), static_cast<int32_t>(R), static_cast<int32_t>(P)});
     Binding s2 = s;
     s2.write = false;
     const Binding b2[] = {x.binding, o.binding, s2};
     spec = {c.row.code, 7, 0, cv};
     const Pipeline& pl7 = c.dev.pipelines.get(shader("reduce", d) + "_cols", spec, 3);
-    c.dev.exec.dispatch(pl7, b2, a.w, static_cast<uint32_t>(cols), 7, static_cast<uint64_t>(gpc), c.op(),
+    c.dev.exec.dispatch(c.stream, pl7, b2, a.w, static_cast<uint32_t>(cols), 7, static_cast<uint64_t>(gpc), c.op(),
                         {0, static_cast<int32_t>(gpc), static_cast<int32_t>(R), static_cast<int32_t>(P)});
     return;
   }
@@ -146,22 +146,22 @@ void reduce_impl(Call& c) {
     const int64_t P = std::min<int64_t>(1024, ceil_div(p.inner_n, 1 << 14));
     const int64_t chunk = ceil_div(p.inner_n, P);
     const uint64_t ct = (d == BP_DTYPE_F64 || d == BP_DTYPE_I64) ? 8 : 4;  // compute type size
-    Binding s = c.dev.exec.scratch(static_cast<uint64_t>(p.outer_n * P) * ct);
+    Binding s = c.dev.exec.scratch(c.stream, static_cast<uint64_t>(p.outer_n * P) * ct);
     a.i32(P);
     a.i32(chunk);
     const Pipeline& pl = c.dev.pipelines.get(rows_shader(c, "reduce", d), row_spec({c.row.code}, 2), 3);
     const Pipeline& pl3 = c.dev.pipelines.get(rows_shader(c, "reduce", d), row_spec({c.row.code}, 3), 3);
     const Binding b1[] = {x.binding, o.binding, s};
-    c.dev.exec.dispatch(pl, b1, a.w, static_cast<uint32_t>(p.outer_n), 2, static_cast<uint64_t>(p.outer_n * P), c.op());
+    c.dev.exec.dispatch(c.stream, pl, b1, a.w, static_cast<uint32_t>(p.outer_n), 2, static_cast<uint64_t>(p.outer_n * P), c.op());
     Binding s2 = s;
     s2.write = false;
     const Binding b2[] = {x.binding, o.binding, s2};
-    c.dev.exec.dispatch(pl3, b2, a.w, static_cast<uint32_t>(p.outer_n), 3, static_cast<uint64_t>(p.outer_n), c.op());
+    c.dev.exec.dispatch(c.stream, pl3, b2, a.w, static_cast<uint32_t>(p.outer_n), 3, static_cast<uint64_t>(p.outer_n), c.op());
     return;
   }
   a.i32(0);
   a.i32(0);
-  Binding none = c.dev.exec.scratch(4);
+  Binding none = c.dev.exec.scratch(c.stream, 4);
   none.write = false;
   none.handle = 0;
   if (use_subgroup_rows(c, d, p)) plan_subgroup_rows(c, p, x.offset);
@@ -172,7 +172,7 @@ void argreduce_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout& in = c.lin(0);
   const auto& ap = c.params_of(BP_PARAMS_ARG_REDUCE).u.arg_reduce;
-  BPVK_CHECK(ap.dim >= 0 && static_cast<uint32_t>(ap.dim) < std::max<uint32_t>(in.rank, 1),
+  BP_SDK_CHECK(ap.dim >= 0 && static_cast<uint32_t>(ap.dim) < std::max<uint32_t>(in.rank, 1),
              BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": dim out of range");
   const uint32_t mask = in.rank == 0 ? 0u : (1u << ap.dim);
   const auto os = reduced_out_strides(in, mask);
@@ -194,7 +194,7 @@ void argreduce_impl(Call& c) {
     const int64_t chunk = ceil_div(p.inner_n, P);
     const uint64_t ct = (d == BP_DTYPE_F64 || d == BP_DTYPE_I64) ? 8 : 4;
     const uint64_t vbytes = (static_cast<uint64_t>(p.outer_n * P) * ct + 255) / 256 * 256;
-    Binding sv = c.dev.exec.scratch(vbytes + static_cast<uint64_t>(p.outer_n * P) * 4);
+    Binding sv = c.dev.exec.scratch(c.stream, vbytes + static_cast<uint64_t>(p.outer_n * P) * 4);
     Binding si = sv;
     sv.range = vbytes;
     si.offset += vbytes;
@@ -203,20 +203,20 @@ void argreduce_impl(Call& c) {
     a.i32(P);
     a.i32(chunk);
     const Binding b1[] = {x.binding, o.binding, sv, si};
-    c.dev.exec.dispatch(pipeline(2), b1, a.w, static_cast<uint32_t>(p.outer_n), 2, static_cast<uint64_t>(p.outer_n * P), c.op());
+    c.dev.exec.dispatch(c.stream, pipeline(2), b1, a.w, static_cast<uint32_t>(p.outer_n), 2, static_cast<uint64_t>(p.outer_n * P), c.op());
     sv.write = si.write = false;
     const Binding b2[] = {x.binding, o.binding, sv, si};
-    c.dev.exec.dispatch(pipeline(3), b2, a.w, static_cast<uint32_t>(p.outer_n), 3, static_cast<uint64_t>(p.outer_n), c.op());
+    c.dev.exec.dispatch(c.stream, pipeline(3), b2, a.w, static_cast<uint32_t>(p.outer_n), 3, static_cast<uint64_t>(p.outer_n), c.op());
     return;
   }
   a.i32(0);
   a.i32(0);
-  Binding none = c.dev.exec.scratch(4);
+  Binding none = c.dev.exec.scratch(c.stream, 4);
   none.write = false;
   none.handle = 0;
   const Binding bs[] = {x.binding, o.binding, none, none};
   if (p.outer_n == 0) return;
-  c.dev.exec.dispatch(pipeline(p.mode), bs, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op());
+  c.dev.exec.dispatch(c.stream, pipeline(p.mode), bs, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op());
 }
 
 void param_ct(Args& a, bp_dtype d, double v) {
@@ -239,12 +239,12 @@ void norm_impl(Call& c) {
   if (op <= 2) {
     if (op <= 1) {
       const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
-      BPVK_CHECK(in.rank == 0 || (dim >= 0 && static_cast<uint32_t>(dim) < in.rank), BP_ERR_INVALID_ARGUMENT,
+      BP_SDK_CHECK(in.rank == 0 || (dim >= 0 && static_cast<uint32_t>(dim) < in.rank), BP_ERR_INVALID_ARGUMENT,
                  std::string(c.op()) + ": dim out of range");
       mask = in.rank == 0 ? 0u : 1u << dim;
     } else {
       const auto& lp = c.params_of(BP_PARAMS_LAYER_NORM).u.layer_norm;
-      BPVK_CHECK(lp.n_dims >= 1 && lp.n_dims <= in.rank, BP_ERR_INVALID_ARGUMENT, "layer_norm: bad dims");
+      BP_SDK_CHECK(lp.n_dims >= 1 && lp.n_dims <= in.rank, BP_ERR_INVALID_ARGUMENT, "layer_norm: bad dims");
       for (uint32_t i = in.rank - lp.n_dims; i < in.rank; ++i) mask |= 1u << i;
       scalar = lp.eps;
     }
@@ -268,7 +268,7 @@ void norm_impl(Call& c) {
     const bp_bundle_slot* slots = c.out[0].slots;
     const int64_t n_out = numel(slots[0].layout);
     if (n_out == 0) return;
-    BPVK_CHECK(slots[0].dtype == d && slots[1].dtype == d && numel(slots[1].layout) == n_out,
+    BP_SDK_CHECK(slots[0].dtype == d && slots[1].dtype == d && numel(slots[1].layout) == n_out,
                BP_ERR_INVALID_ARGUMENT, "var_mean: bundle slots do not match");
     const uint64_t es = dtype_size(d);
     o = bind_dense(c, c.out[0], n_out, d, true, slots[0].byte_offset + slots[0].layout.offset * es);

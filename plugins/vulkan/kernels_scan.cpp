@@ -10,7 +10,7 @@ void cumsum_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout& in = c.lin(0);
   const auto& dp = c.params_of(BP_PARAMS_DIM).u.dim;
-  BPVK_CHECK(in.rank == 0 || (dp.dim >= 0 && static_cast<uint32_t>(dp.dim) < in.rank),
+  BP_SDK_CHECK(in.rank == 0 || (dp.dim >= 0 && static_cast<uint32_t>(dp.dim) < in.rank),
              BP_ERR_INVALID_ARGUMENT, "cumsum: dim out of range");
   const int64_t n = numel(in);
   if (n == 0) return;
@@ -32,18 +32,18 @@ void cumsum_impl(Call& c) {
 void selective_scan_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[0];
   const bp_layout &ul = c.lin(0), &dl = c.lin(1), &al = c.lin(2), &bl = c.lin(3), &cl = c.lin(4);
-  BPVK_CHECK(ul.rank == 3 && dl.rank == 3 && al.rank == 2 && bl.rank == 3 && cl.rank == 3,
+  BP_SDK_CHECK(ul.rank == 3 && dl.rank == 3 && al.rank == 2 && bl.rank == 3 && cl.rank == 3,
              BP_ERR_INVALID_ARGUMENT, "selective_scan: expected u, delta [B,L,D], a [D,N], b, c [B,L,N]");
   const int64_t B = ul.shape[0], L = ul.shape[1], D = ul.shape[2], N = al.shape[1];
-  BPVK_CHECK(al.shape[0] == D && bl.shape[0] == B && bl.shape[1] == L && bl.shape[2] == N &&
+  BP_SDK_CHECK(al.shape[0] == D && bl.shape[0] == B && bl.shape[1] == L && bl.shape[2] == N &&
                  cl.shape[0] == B && cl.shape[1] == L && cl.shape[2] == N && dl.shape[0] == B &&
                  dl.shape[1] == L && dl.shape[2] == D,
              BP_ERR_INVALID_ARGUMENT, "selective_scan: shapes do not match");
-  BPVK_CHECK(
+  BP_SDK_CHECK(
       N <= 256, BP_ERR_UNIMPLEMENTED,
       "selective_scan: state size N = " + std::to_string(N) + " exceeds the vulkan plugin's limit of 256");
   const bp_bundle_slot* slots = c.out[0].slots;
-  BPVK_CHECK(slots[0].dtype == d && slots[1].dtype == d, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(slots[0].dtype == d && slots[1].dtype == d, BP_ERR_INVALID_ARGUMENT,
              "selective_scan: bad bundle slots");
   const bool softplus = c.params && c.params->kind == BP_PARAMS_SELECTIVE_SCAN && c.params->u.selective_scan.delta_softplus;
   const uint64_t es = dtype_size(d);
@@ -64,7 +64,7 @@ void selective_scan_impl(Call& c) {
   const int32_t maxn = N <= 16 ? 16 : N <= 64 ? 64 : 256;
   const Pipeline& p = c.dev.pipelines.get(shader("sscan", d), {0, maxn}, 7);
   const Binding bs[] = {u.binding, dt.binding, a.binding, b.binding, cc.binding, y.binding, h.binding};
-  c.dev.exec.dispatch(p, bs, args.w, static_cast<uint32_t>(B * D), 0, ceil_div(B * D, 64), c.op());
+  c.dev.exec.dispatch(c.stream, p, bs, args.w, static_cast<uint32_t>(B * D), 0, ceil_div(B * D, 64), c.op());
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ void Memory::init(Device* dev) {
     if (local && (f & kHost) == kHost && heap == best_heap && mapped_type < 0) mapped_type = static_cast<int>(t);
     if ((f & kHost) == kHost && host_type < 0) host_type = static_cast<int>(t);
   }
-  BPVK_CHECK(host_type >= 0, BP_ERR_UNAVAILABLE, "vulkan: no host-visible coherent memory type");
+  BP_SDK_CHECK(host_type >= 0, BP_ERR_UNAVAILABLE, "vulkan: no host-visible coherent memory type");
   if (mapped_type >= 0) {
     mapped_ = true;
     device_type_ = static_cast<uint32_t>(mapped_type);
@@ -203,18 +203,18 @@ uint32_t Memory::add_block(std::unique_ptr<Block> b) {
 
 bp_buffer Memory::import_host(void* ptr, uint64_t size) {
   const std::string& dn = dev_->name;
-  BPVK_CHECK(dev_->features.host_import, BP_ERR_UNIMPLEMENTED,
+  BP_SDK_CHECK(dev_->features.host_import, BP_ERR_UNIMPLEMENTED,
              "vulkan: " + dn + " cannot import host memory (its driver lacks VK_EXT_external_memory_host)");
-  BPVK_CHECK(import_ok_, BP_ERR_UNIMPLEMENTED,
+  BP_SDK_CHECK(import_ok_, BP_ERR_UNIMPLEMENTED,
              "vulkan: " + dn + " cannot import host memory into storage buffers with device addresses");
   if (const char* e = std::getenv("BACKPLANE_VULKAN_HOST_IMPORT"); e && std::strcmp(e, "0") == 0)
     fail(BP_ERR_UNAVAILABLE, "vulkan: host memory import on " + dn + " is disabled (BACKPLANE_VULKAN_HOST_IMPORT=0)");
-  BPVK_CHECK(ptr != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_import_host of a NULL pointer");
+  BP_SDK_CHECK(ptr != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_import_host of a NULL pointer");
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
-  BPVK_CHECK(addr % alignment_ == 0, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(addr % alignment_ == 0, BP_ERR_INVALID_ARGUMENT,
              "vulkan: host memory at " + hex(addr) + " is not aligned to " + dn + "'s buffer_alignment (" +
                  std::to_string(alignment_) + " bytes)");
-  BPVK_CHECK(size <= max_alloc_ && addr + size >= addr, BP_ERR_OUT_OF_MEMORY,
+  BP_SDK_CHECK(size <= max_alloc_ && addr + size >= addr, BP_ERR_OUT_OF_MEMORY,
              "vulkan: importing " + std::to_string(size) + " bytes of host memory: " + dn + " allocates at most " +
                  std::to_string(max_alloc_));
   // The driver imports whole units of minImportedHostPointerAlignment. Up to
@@ -226,12 +226,12 @@ bp_buffer Memory::import_host(void* ptr, uint64_t size) {
   const uint64_t start = addr / unit * unit;
   const uint64_t end = align_up(addr + std::max<uint64_t>(size, 1), unit);
   if (unit > page_size())
-    BPVK_CHECK(start == addr && end == addr + size, BP_ERR_INVALID_ARGUMENT,
+    BP_SDK_CHECK(start == addr && end == addr + size, BP_ERR_INVALID_ARGUMENT,
                "vulkan: " + dn + " imports host memory in units of " + std::to_string(unit) +
                    " bytes (minImportedHostPointerAlignment, more than a page): the address " + hex(addr) +
                    " and the size " + std::to_string(size) + " must be multiples of it");
   const uint64_t span = end - start;
-  BPVK_CHECK(span <= max_alloc_, BP_ERR_OUT_OF_MEMORY,
+  BP_SDK_CHECK(span <= max_alloc_, BP_ERR_OUT_OF_MEMORY,
              "vulkan: importing " + std::to_string(span) + " bytes of host memory: " + dn + " allocates at most " +
                  std::to_string(max_alloc_));
   void* base = reinterpret_cast<void*>(static_cast<uintptr_t>(start));
@@ -239,7 +239,7 @@ bp_buffer Memory::import_host(void* ptr, uint64_t size) {
   VkMemoryHostPointerPropertiesEXT hp{};
   hp.sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT;
   VkResult r = dev_->get_host_pointer_properties(dev_->dev, kHostAllocation, base, &hp);
-  BPVK_CHECK(r == VK_SUCCESS, BP_ERR_UNAVAILABLE,
+  BP_SDK_CHECK(r == VK_SUCCESS, BP_ERR_UNAVAILABLE,
              "vulkan: " + dn + " cannot import the host memory at " + hex(addr) +
                  " (vkGetMemoryHostPointerPropertiesEXT: " + vk_result_name(r) + ")");
 
@@ -336,7 +336,7 @@ bp_buffer Memory::import_host(void* ptr, uint64_t size) {
 }
 
 bp_buffer Memory::allocate(uint64_t size) {
-  BPVK_CHECK(size <= max_alloc_, BP_ERR_OUT_OF_MEMORY,
+  BP_SDK_CHECK(size <= max_alloc_, BP_ERR_OUT_OF_MEMORY,
              "vulkan: buffer of " + std::to_string(size) +
                  " bytes exceeds the device's maxMemoryAllocationSize (" + std::to_string(max_alloc_) + ")");
   const uint64_t need = align_up(std::max<uint64_t>(size, 1), alignment_);
@@ -515,7 +515,7 @@ void Memory::staged_copy(VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t 
 
 void Memory::write(uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
   const Allocation& a = get(handle);
-  BPVK_CHECK(offset <= a.size && size <= a.size - offset, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(offset <= a.size && size <= a.size - offset, BP_ERR_INVALID_ARGUMENT,
              "vulkan: buffer_write of " + std::to_string(size) + " bytes at " + std::to_string(offset) +
                  " outside a buffer of " + std::to_string(a.size));
   if (size == 0) return;
@@ -536,7 +536,7 @@ void Memory::write(uint64_t handle, uint64_t offset, const void* src, uint64_t s
 
 void Memory::read(uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
   const Allocation& a = get(handle);
-  BPVK_CHECK(offset <= a.size && size <= a.size - offset, BP_ERR_INVALID_ARGUMENT,
+  BP_SDK_CHECK(offset <= a.size && size <= a.size - offset, BP_ERR_INVALID_ARGUMENT,
              "vulkan: buffer_read of " + std::to_string(size) + " bytes at " + std::to_string(offset) +
                  " outside a buffer of " + std::to_string(a.size));
   if (size == 0) return;

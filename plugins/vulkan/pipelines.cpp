@@ -289,7 +289,7 @@ VkShaderModule Pipelines::module(const std::string& shader) {
     ci.pCode = file_words.data();
   } else {
     const SpirvBlob* blob = find_spirv(shader);
-    BPVK_CHECK(blob != nullptr, BP_ERR_INTERNAL, "vulkan: no embedded shader " + shader);
+    BP_SDK_CHECK(blob != nullptr, BP_ERR_INTERNAL, "vulkan: no embedded shader " + shader);
     ci.codeSize = blob->n_words * 4;
     ci.pCode = blob->words;
   }
@@ -303,10 +303,10 @@ Pipeline& Pipelines::entry(const std::string& shader, const std::vector<int32_t>
   auto key = std::make_pair(shader, spec);
   auto it = pipelines_.find(key);
   if (it != pipelines_.end()) {
-    BPVK_CHECK(it->second->n_operands == n_operands, BP_ERR_INTERNAL, "vulkan: operand count mismatch for " + shader);
+    BP_SDK_CHECK(it->second->n_operands == n_operands, BP_ERR_INTERNAL, "vulkan: operand count mismatch for " + shader);
     return *it->second;
   }
-  BPVK_CHECK(n_operands <= kMaxOperands, BP_ERR_INTERNAL, "vulkan: too many operands for " + shader);
+  BP_SDK_CHECK(n_operands <= kMaxOperands, BP_ERR_INTERNAL, "vulkan: too many operands for " + shader);
   auto p = std::make_unique<Pipeline>();
   p->layout = layout().pipeline;
   p->n_operands = n_operands;
@@ -340,7 +340,7 @@ void Pipelines::request(const Pipeline& target) {
   auto& p = const_cast<Pipeline&>(target);  // every Pipeline is this object's own
   {
     std::lock_guard<std::mutex> lk(jobs_mu_);
-    BPVK_CHECK(p.state != Pipeline::State::failed, p.error_code, p.error);
+    BP_SDK_CHECK(p.state != Pipeline::State::failed, p.error_code, p.error);
     if (p.state != Pipeline::State::idle) return;
   }
   p.module = module(p.shader);
@@ -349,7 +349,7 @@ void Pipelines::request(const Pipeline& target) {
     // BACKPLANE_VULKAN_COMPILE_THREADS=0: compiled here and now.
     compile(p);
     std::lock_guard<std::mutex> lk(jobs_mu_);
-    BPVK_CHECK(p.state == Pipeline::State::ready, p.error_code, p.error);
+    BP_SDK_CHECK(p.state == Pipeline::State::ready, p.error_code, p.error);
     return;
   }
   {
@@ -384,7 +384,7 @@ void Pipelines::worker() {
 
 bool Pipelines::wait(const Pipeline& target) {
   std::unique_lock<std::mutex> lk(jobs_mu_);
-  BPVK_CHECK(target.state != Pipeline::State::idle, BP_ERR_INTERNAL,
+  BP_SDK_CHECK(target.state != Pipeline::State::idle, BP_ERR_INTERNAL,
              "vulkan: pipeline " + target.shader + " waited for but never requested");
   const bool waited = target.state != Pipeline::State::ready;
   while (target.state != Pipeline::State::ready && target.state != Pipeline::State::failed) {
@@ -404,7 +404,7 @@ bool Pipelines::wait(const Pipeline& target) {
     lk.lock();
     done_cv_.notify_all();
   }
-  BPVK_CHECK(target.state == Pipeline::State::ready, target.error_code, target.error);
+  BP_SDK_CHECK(target.state == Pipeline::State::ready, target.error_code, target.error);
   return waited;
 }
 

@@ -2,6 +2,8 @@
 #include "device.hpp"
 #include "kernels.hpp"
 
+#include <backplane/sdk/api.hpp>
+
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -10,34 +12,41 @@ namespace {
 
 using namespace bpvk;
 
-bp_error* api_initialize(const bp_host_api* host) {
-  return sdk::guard([&] { Context::create(host); });
+// The plugin context is the Context: the Vulkan instance and its devices.
+// The plugin is loaded once per process, so there is one at a time.
+Context* context(void* plugin) { return static_cast<Context*>(plugin); }
+
+bp_error* api_initialize(const bp_plugin_api*, const bp_host_api* host, void** out_plugin) {
+  return sdk::guard([&] {
+    Context::create(host);
+    *out_plugin = Context::current();
+  });
 }
 
-void api_shutdown() {
+void api_shutdown(void*) {
   try {
     Context::destroy();
   } catch (...) {
   }
 }
 
-uint32_t api_device_count() {
-  const Context* c = Context::current();
+uint32_t api_device_count(void* plugin) {
+  const Context* c = context(plugin);
   return c ? c->device_count() : 0;
 }
 
-bp_error* api_device_get(uint32_t index, bp_device** out) {
+bp_error* api_device_get(void* plugin, uint32_t index, bp_device** out) {
   return sdk::guard([&] {
-    BPVK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_get without out_device");
-    Context* c = Context::current();
-    BPVK_CHECK(c != nullptr, BP_ERR_UNAVAILABLE, "vulkan: plugin not initialized");
+    BP_SDK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_get without out_device");
+    Context* c = context(plugin);
+    BP_SDK_CHECK(c != nullptr, BP_ERR_UNAVAILABLE, "vulkan: plugin not initialized");
     *out = c->device(index).handle();
   });
 }
 
-bp_error* api_device_info(bp_device* device, bp_device_info* info) {
+bp_error* api_device_info(void*, bp_device* device, bp_device_info* info) {
   return sdk::guard([&] {
-    BPVK_CHECK(info != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_info without out_info");
+    BP_SDK_CHECK(info != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_info without out_info");
     Device& d = Device::from(device);
     bp_device_info out{};
     out.struct_size = sizeof(bp_device_info);
@@ -54,12 +63,12 @@ bp_error* api_device_info(bp_device* device, bp_device_info* info) {
   });
 }
 
-bp_error* api_device_supports_kernel(bp_device* device, uint32_t kernel_index, bool* out) {
+bp_error* api_device_supports_kernel(void*, bp_device* device, uint32_t kernel_index, bool* out) {
   return sdk::guard([&] {
-    BPVK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_supports_kernel without out");
+    BP_SDK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: device_supports_kernel without out");
     Device& d = Device::from(device);
     const auto& rows = registry().rows();
-    BPVK_CHECK(kernel_index < rows.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: bad kernel index");
+    BP_SDK_CHECK(kernel_index < rows.size(), BP_ERR_INVALID_ARGUMENT, "vulkan: bad kernel index");
     bool ok = true;
     const Row& row = rows[kernel_index];
     for (size_t i = 0; i < row.dtypes.size(); ++i)
@@ -68,26 +77,26 @@ bp_error* api_device_supports_kernel(bp_device* device, uint32_t kernel_index, b
   });
 }
 
-bp_error* api_buffer_allocate(bp_device* device, uint64_t size, bp_buffer* out) {
+bp_error* api_buffer_allocate(void*, bp_device* device, uint64_t size, bp_buffer* out) {
   return sdk::guard([&] {
-    BPVK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_allocate without out_buffer");
+    BP_SDK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_allocate without out_buffer");
     Device& d = Device::from(device);
     std::lock_guard<std::mutex> lock(d.mu);
     *out = d.memory.allocate(size);
   });
 }
 
-// ABI 1.1: host memory as a buffer in place (VK_EXT_external_memory_host).
-bp_error* api_buffer_import_host(bp_device* device, void* host_ptr, uint64_t size, bp_buffer* out) {
+// Host memory as a buffer in place (VK_EXT_external_memory_host).
+bp_error* api_buffer_import_host(void*, bp_device* device, void* host_ptr, uint64_t size, bp_buffer* out) {
   return sdk::guard([&] {
-    BPVK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_import_host without out_buffer");
+    BP_SDK_CHECK(out != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_import_host without out_buffer");
     Device& d = Device::from(device);
     std::lock_guard<std::mutex> lock(d.mu);
     *out = d.memory.import_host(host_ptr, size);
   });
 }
 
-void api_buffer_free(bp_device* device, uint64_t handle) {
+void api_buffer_free(void*, bp_device* device, uint64_t handle) {
   if (!device) return;
   try {
     Device& d = Device::from(device);
@@ -97,29 +106,31 @@ void api_buffer_free(bp_device* device, uint64_t handle) {
   }
 }
 
-bp_error* api_buffer_write(bp_device* device, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
+bp_error* api_buffer_write(void*, bp_device* device, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
   return sdk::guard([&] {
-    BPVK_CHECK(src != nullptr || size == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_write from NULL");
+    BP_SDK_CHECK(src != nullptr || size == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_write from NULL");
     Device& d = Device::from(device);
     std::lock_guard<std::mutex> lock(d.mu);
     d.memory.write(handle, offset, src, size);
   });
 }
 
-bp_error* api_buffer_read(bp_device* device, uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
+bp_error* api_buffer_read(void*, bp_device* device, uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
   return sdk::guard([&] {
-    BPVK_CHECK(dst != nullptr || size == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_read into NULL");
+    BP_SDK_CHECK(dst != nullptr || size == 0, BP_ERR_INVALID_ARGUMENT, "vulkan: buffer_read into NULL");
     Device& d = Device::from(device);
     std::lock_guard<std::mutex> lock(d.mu);
     d.memory.read(handle, offset, dst, size);
   });
 }
 
-bp_error* api_begin(bp_device* device) {
+bp_error* api_begin(void*, bp_device* device, uint32_t flags, bp_run** out_run) {
   return sdk::guard([&] {
+    BP_SDK_CHECK(out_run != nullptr, BP_ERR_INVALID_ARGUMENT, "vulkan: begin without out_run");
+    *out_run = nullptr;
     Device& d = Device::from(device);
     std::lock_guard<std::mutex> lock(d.mu);
-    d.exec.begin();
+    *out_run = reinterpret_cast<bp_run*>(d.exec.begin((flags & BP_RUN_TIMED) != 0, (flags & BP_RUN_PREPARE) != 0));
   });
 }
 
@@ -129,12 +140,12 @@ bp_error* api_begin(bp_device* device) {
 std::mutex g_calls_mu;
 std::unordered_map<const bp_error*, int64_t>* g_calls = nullptr;  // never destroyed at exit
 
-bp_error* api_synchronize(bp_device* device) {
+bp_error* api_synchronize(void*, bp_device* device, bp_run* run, uint64_t* out_ns, size_t n_calls) {
   int64_t call = -1;
   bp_error* e = sdk::guard([&] {
     Device& d = Device::from(device);
     try {
-      d.exec.synchronize();  // takes d.mu itself, and not while waiting
+      d.exec.synchronize(run, out_ns, n_calls);  // takes d.mu itself, and not while waiting
     } catch (const DataError& de) {
       call = de.call();
       throw;
@@ -152,7 +163,7 @@ bp_error* api_synchronize(bp_device* device) {
   return e;
 }
 
-int64_t api_error_call_index(const bp_error* e) {
+int64_t api_error_call_index(void*, const bp_error* e) {
   if (!e) return -1;
   try {
     std::lock_guard<std::mutex> lock(g_calls_mu);
@@ -164,28 +175,19 @@ int64_t api_error_call_index(const bp_error* e) {
   }
 }
 
-void api_error_destroy(bp_error* e) {
+void api_error_destroy(void* plugin, bp_error* e) {
   if (!e) return;
   try {
     std::lock_guard<std::mutex> lock(g_calls_mu);
     if (g_calls) g_calls->erase(e);
   } catch (...) {
   }
-  sdk::error_destroy(e);
+  sdk::error_destroy(plugin, e);
 }
 
 const bp_plugin_api* api_table() {
   static const bp_plugin_api api = [] {
-    bp_plugin_api a{};
-    a.struct_size = sizeof(bp_plugin_api);
-    a.abi_major = BP_ABI_VERSION_MAJOR;
-    a.abi_minor = BP_ABI_VERSION_MINOR;
-    a.name = sdk::to_bp("vulkan");
-    a.version = sdk::to_bp("0.1.0");
-    a.kernels = registry().table().data();
-    a.n_kernels = registry().table().size();
-    a.error_code = sdk::error_code;
-    a.error_message = sdk::error_message;
+    bp_plugin_api a = sdk::api_table("vulkan", "0.1.0", registry().table());
     a.error_destroy = api_error_destroy;
     a.error_call_index = api_error_call_index;
     a.initialize = api_initialize;
@@ -201,10 +203,9 @@ const bp_plugin_api* api_table() {
     a.buffer_read = api_buffer_read;
     a.begin = api_begin;
     a.synchronize = api_synchronize;
-    a.begin_timed = api_begin_timed;  // ABI 1.3: timestamp queries (exec.cpp)
-    a.begin_prepare = api_begin_prepare;  // ABI 1.4: a plan's pipelines compiled when it compiles (exec.cpp)
-    a.call_device_times = api_call_device_times;
-    a.infer_custom_op = nullptr;
+    // Timestamp queries time each call; a plan's pipelines are compiled when
+    // it compiles (exec.cpp).
+    a.run_flags = BP_RUN_TIMED | BP_RUN_PREPARE;
     return a;
   }();
   return &api;

@@ -17,14 +17,6 @@ using backplane::dtype_size;
 using sdk::Error;
 using sdk::fail;
 
-// Throws sdk::Error(code, message) unless cond holds. A macro, not
-// sdk::check, so that the message (concatenations, to_string) is built only
-// on failure: built eagerly, the messages of the checks on the kernel path
-// cost about 10 us per dispatch on lavapipe's 2-core machine.
-#define BPVK_CHECK(cond, code, message)                     \
-  do {                                                      \
-    if (!(cond)) ::backplane::sdk::fail((code), (message)); \
-  } while (0)
 
 const char* vk_result_name(VkResult r);
 

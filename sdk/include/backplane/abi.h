@@ -14,6 +14,8 @@
  *    treats missing trailing fields as zero/NULL. Structs only grow at the end.
  *  - Small value types that travel in arrays (bp_string, bp_layout,
  *    bp_bundle_slot) have no struct_size: they are frozen for a major version.
+ *    So is bp_storage: it has a struct_size but travels in arrays, so it
+ *    cannot grow within a major either.
  *  - Strings are (ptr, len) pairs, UTF-8, not necessarily NUL-terminated.
  *  - Errors are values (bp_error*): created by the side that failed and freed
  *    by that same side. NULL means success. Nothing throws or longjmps across
@@ -24,7 +26,29 @@
  *
  * Versioning: BP_ABI_VERSION_MAJOR changes when an existing field or function
  * changes meaning; MINOR when fields/functions are appended. See
- * sdk/CHANGELOG.md.
+ * sdk/CHANGELOG.md. A host of major 2 also loads plugins of major 1 (it
+ * adapts their 1.x table); a plugin built against a newer minor than the
+ * host's loads with its newer entries unread.
+ *
+ * Threading (ABI 2.0). "Concurrently" means from several threads at once.
+ *  - error_code, error_message, error_destroy, error_call_index,
+ *    infer_custom_op: any thread, concurrently, at any time between the
+ *    entry call and shutdown (the error functions also for an error of
+ *    initialize itself).
+ *  - initialize and shutdown: once each, with no other call of this plugin
+ *    in flight.
+ *  - device_count, device_get, device_info, device_supports_kernel: any
+ *    thread, concurrently, after initialize.
+ *  - buffer_allocate, buffer_import_host, buffer_free, buffer_write,
+ *    buffer_read: any thread, concurrently with each other and with runs,
+ *    on one device or several. The host never frees or writes a buffer that a
+ *    run in flight uses, and never reads one a run in flight writes.
+ *  - Runs: begin() opens a run on one device and returns its handle; the
+ *    kernel calls of that run (their bp_kernel_context carries it) and its
+ *    synchronize() come from one thread at a time, in order. Several runs
+ *    may be open on one device at once, opened and driven from different
+ *    threads: a plugin keeps a run's state in its bp_run, never per thread.
+ *    Runs on different devices are independent.
  */
 #ifndef BACKPLANE_ABI_H_
 #define BACKPLANE_ABI_H_
@@ -37,8 +61,8 @@
 extern "C" {
 #endif
 
-#define BP_ABI_VERSION_MAJOR 1
-#define BP_ABI_VERSION_MINOR 5
+#define BP_ABI_VERSION_MAJOR 2
+#define BP_ABI_VERSION_MINOR 0
 
 /* The one symbol every plugin exports (see bp_plugin_entry_fn). */
 #define BP_PLUGIN_ENTRY_SYMBOL "backplane_plugin_entry"
@@ -296,6 +320,7 @@ typedef struct bp_host_api {
 /* ------------------------------------------------------------------------ */
 
 typedef struct bp_device bp_device; /* opaque, owned by the plugin */
+typedef struct bp_run bp_run;       /* opaque, owned by the plugin (ABI 2.0) */
 
 /* Per-call context. */
 typedef struct bp_kernel_context {
@@ -304,7 +329,20 @@ typedef struct bp_kernel_context {
   const bp_host_api* host;
   /* Index of this kernel in the plugin's kernel table. */
   uint32_t kernel_index;
+  /* ABI 2.0: the context initialize() returned, and the run this call
+   * belongs to (what begin() returned; NULL when the plugin has no begin). */
+  void* plugin;
+  bp_run* run;
+  /* ABI 2.0: n_inputs entries of BP_INPUT_* bits, or NULL (none set). */
+  const uint32_t* input_flags;
 } bp_kernel_context;
+
+/* BP_INPUT_CONSTANT: the bytes of this input stay the same from this call
+ * until buffer_free of its buffer (a graph's constants, such as weights). A
+ * kernel may derive data from them once (repacked weights) and keep it,
+ * keyed on (buffer_handle, byte_offset) with its layout, dtypes and params,
+ * until that buffer_free. */
+enum { BP_INPUT_CONSTANT = 1u };
 
 /* The KernelRef. inputs[0..n_inputs), outputs[0..n_outputs),
  * layouts[0..n_inputs + n_outputs): input layouts then output layouts.
@@ -404,6 +442,26 @@ typedef struct bp_buffer {
 /* The plugin API table                                                      */
 /* ------------------------------------------------------------------------ */
 
+/* begin() flags. A plugin says which it honours in bp_plugin_api.run_flags;
+ * the host sets no flag the plugin did not list. */
+enum {
+  /* Time each kernel call of the run on the device: synchronize() then
+   * writes the device time of every call (GPU timestamp queries, say). */
+  BP_RUN_TIMED = 1u,
+  /* Prepare only: the kernel calls of this run read and write no buffer and
+   * run nothing; the device makes ready what those calls will need (the
+   * Vulkan plugin compiles their pipelines) and synchronize() waits for that.
+   * The host makes one such run when it compiles a plan, with the plan's own
+   * buffers, layouts and params, so the plan's first run pays no set-up. An
+   * error of a call or of synchronize() here is not reported: the real run
+   * meets it again and names its node. */
+  BP_RUN_PREPARE = 2u
+};
+
+/* Every plugin-level entry but initialize takes `plugin`: the context that
+ * initialize() wrote to *out_plugin (for the error functions of an error of
+ * initialize itself: whatever it wrote before failing, or NULL). A plugin
+ * keeps its state there, so one library can serve several instances. */
 typedef struct bp_plugin_api {
   size_t struct_size;
   uint32_t abi_major;
@@ -411,107 +469,100 @@ typedef struct bp_plugin_api {
   bp_string name;    /* must equal the manifest's */
   bp_string version; /* must equal the manifest's */
 
+  /* The kernel table: static, living from the entry call until the library
+   * is unloaded; or, for a plugin whose manifest says "dynamic_kernels":
+   * true, filled in by initialize() (the host reads it after initialize
+   * returns, checks each row, and it stays unchanged until shutdown). */
   const bp_kernel_desc* kernels;
   size_t n_kernels;
+  /* The BP_RUN_* flags begin() honours. */
+  uint32_t run_flags;
+  uint32_t reserved_; /* zero */
 
-  /* Errors created by this plugin. Thread-safe. */
-  bp_status_code (*error_code)(const bp_error* error);
-  bp_string (*error_message)(const bp_error* error); /* lives until error_destroy */
-  void (*error_destroy)(bp_error* error);
+  /* Errors created by this plugin. */
+  bp_status_code (*error_code)(void* plugin, const bp_error* error);
+  bp_string (*error_message)(void* plugin, const bp_error* error); /* lives until error_destroy */
+  void (*error_destroy)(void* plugin, bp_error* error);
+  /* Optional (NULL = never known): for an error returned by synchronize(),
+   * the 0-based position of the kernel call whose work failed among the
+   * calls of that run; -1 when it belongs to no one call. The host names the
+   * node, op and kernel, as for an error a kernel returns itself. */
+  int64_t (*error_call_index)(void* plugin, const bp_error* error);
 
   /* Heavy set-up (instances, pools), called once before any device is used.
-   * `host` stays valid until shutdown returns. */
-  bp_error* (*initialize)(const bp_host_api* host);
-  /* Releases everything; after it returns the library may be unloaded. */
-  void (*shutdown)(void);
+   * `self` is the table the entry returned (a plugin with instances finds
+   * its instance from it); `host` stays valid until shutdown returns. Writes
+   * the plugin's context to *out_plugin. */
+  bp_error* (*initialize)(const struct bp_plugin_api* self, const bp_host_api* host, void** out_plugin);
+  /* Optional. Releases everything; after it returns the library may be
+   * unloaded. Not called when initialize failed. */
+  void (*shutdown)(void* plugin);
 
   /* Devices, valid after initialize. */
-  uint32_t (*device_count)(void);
-  bp_error* (*device_get)(uint32_t index, bp_device** out_device);
+  uint32_t (*device_count)(void* plugin);
+  bp_error* (*device_get)(void* plugin, uint32_t index, bp_device** out_device);
   /* Strings in out_info live until shutdown. */
-  bp_error* (*device_info)(bp_device* device, bp_device_info* out_info);
-  /* Optional (may be NULL = all supported): whether kernel `kernel_index`
-   * runs on this device (for features that differ between devices). */
-  bp_error* (*device_supports_kernel)(bp_device* device, uint32_t kernel_index, bool* out_supported);
+  bp_error* (*device_info)(void* plugin, bp_device* device, bp_device_info* out_info);
+  /* Optional (NULL = all supported): whether kernel `kernel_index` runs on
+   * this device (for features that differ between devices). */
+  bp_error* (*device_supports_kernel)(void* plugin, bp_device* device, uint32_t kernel_index,
+                                      bool* out_supported);
 
   /* Memory. Buffers are allocated by the host before a plan runs. */
-  bp_error* (*buffer_allocate)(bp_device* device, uint64_t size, bp_buffer* out_buffer);
-  void (*buffer_free)(bp_device* device, uint64_t handle);
-  bp_error* (*buffer_write)(bp_device* device, uint64_t handle, uint64_t offset, const void* src,
-                            uint64_t size);
-  bp_error* (*buffer_read)(bp_device* device, uint64_t handle, uint64_t offset, void* dst,
+  bp_error* (*buffer_allocate)(void* plugin, bp_device* device, uint64_t size, bp_buffer* out_buffer);
+  void (*buffer_free)(void* plugin, bp_device* device, uint64_t handle);
+  bp_error* (*buffer_write)(void* plugin, bp_device* device, uint64_t handle, uint64_t offset,
+                            const void* src, uint64_t size);
+  bp_error* (*buffer_read)(void* plugin, bp_device* device, uint64_t handle, uint64_t offset, void* dst,
                            uint64_t size);
+  /* Optional (NULL = the device cannot): makes `size` bytes of host memory at
+   * `host_ptr` a buffer of this device without copying. The memory belongs
+   * to the host, which keeps it valid and unchanged-by-others until it calls
+   * buffer_free on the returned handle; buffer_free then releases the
+   * plugin's wrapper only, never the memory. `host_ptr` is aligned to the
+   * device's buffer_alignment. out_buffer->host_ptr must equal host_ptr. The
+   * host uses it to hand a value from one device to another that can address
+   * the same memory, so nothing is copied. */
+  bp_error* (*buffer_import_host)(void* plugin, bp_device* device, void* host_ptr, uint64_t size,
+                                  bp_buffer* out_buffer);
 
-  /* Execution. begin() is called before the kernels of a run, synchronize()
-   * after them: it submits what was enqueued, waits, and reports errors found
-   * on the device. Both may be NULL for synchronous devices. */
-  bp_error* (*begin)(bp_device* device);
-  bp_error* (*synchronize)(bp_device* device);
+  /* Execution. Both optional: NULL for synchronous devices (then every run
+   * handle is NULL). begin() opens a run on `device` with BP_RUN_* `flags`
+   * and writes its handle to *out_run; the run's kernel calls follow, each
+   * with the handle in its context; synchronize() submits what the run
+   * enqueued, waits for it, reports errors found on the device, and ends the
+   * run: the handle is invalid after it returns, whatever it returns. For a
+   * BP_RUN_TIMED run the host passes out_ns with n_calls = the number of
+   * kernel calls of the run; on success synchronize() writes each call's
+   * device time in nanoseconds there, in call order (UINT64_MAX: not
+   * measured). Otherwise out_ns is NULL and n_calls 0. */
+  bp_error* (*begin)(void* plugin, bp_device* device, uint32_t flags, bp_run** out_run);
+  bp_error* (*synchronize)(void* plugin, bp_device* device, bp_run* run, uint64_t* out_ns, size_t n_calls);
 
   /* Optional: shape/dtype inference for this plugin's vendor ops ("acme.x").
    * in_layouts give input shapes (strides meaningless). Writes the output
    * dtype and shape into *out_dtype / *out_layout. */
-  bp_error* (*infer_custom_op)(bp_string op, const bp_dtype* in_dtypes, const bp_layout* in_layouts,
-                               size_t n_inputs, const bp_op_params* params, bp_dtype* out_dtype,
-                               bp_layout* out_layout);
-
-  /* ABI 1.1. Optional (NULL = the device cannot): makes `size` bytes of host
-   * memory at `host_ptr` a buffer of this device without copying. The memory
-   * belongs to the host, which keeps it valid and unchanged-by-others until it
-   * calls buffer_free on the returned handle; buffer_free then releases the
-   * plugin's wrapper only, never the memory. `host_ptr` is aligned to the
-   * device's buffer_alignment. out_buffer->host_ptr must equal host_ptr. The
-   * host uses it to hand a value from one device to another that can address
-   * the same memory (the CPU reading a host-visible buffer), so nothing is
-   * copied. */
-  bp_error* (*buffer_import_host)(bp_device* device, void* host_ptr, uint64_t size,
-                                  bp_buffer* out_buffer);
-
-  /* ABI 1.2. Optional (NULL = never known): for an error returned by
-   * synchronize(), the 0-based position of the kernel call whose work failed
-   * among the kernel calls made on that device since its last begin(); -1
-   * when the error belongs to no one call. The host uses it to name the node,
-   * op and kernel, as it does for an error a kernel returns itself. */
-  int64_t (*error_call_index)(const bp_error* error);
-
-  /* ABI 1.3. Optional (NULL = the device cannot time its calls): begin() for
-   * a run whose kernel calls the host wants timed on the device (a profiled
-   * plan). Behaves as begin(); in addition the device measures how long each
-   * kernel call made until the next synchronize() ran on the device (GPU
-   * timestamp queries, for example). May be NULL even when begin() is not. */
-  bp_error* (*begin_timed)(bp_device* device);
-  /* ABI 1.3. Optional (set together with begin_timed): after a synchronize()
-   * that returned success and followed begin_timed(), writes the device time
-   * in nanoseconds of each kernel call made since that begin_timed(), in call
-   * order, to out_ns[0..n_calls). n_calls must equal the number of calls made;
-   * otherwise it returns BP_ERR_INVALID_ARGUMENT. A call whose time the
-   * device could not measure gets UINT64_MAX. */
-  bp_error* (*call_device_times)(bp_device* device, uint64_t* out_ns, size_t n_calls);
-
-  /* ABI 1.4. Optional (NULL = nothing to prepare): begin() for a run that
-   * only prepares. The kernel calls made until the next synchronize() run
-   * nothing and read or write no buffer: the device makes ready what those
-   * calls will need (the Vulkan plugin compiles their pipelines) and
-   * synchronize() waits for that and returns. The host makes one such run
-   * when it compiles a plan, with the plan's own buffers, layouts and
-   * params, so the plan's first run pays no set-up. An error of a call or of
-   * synchronize() here is not reported: the real run reports it, naming its
-   * node. */
-  bp_error* (*begin_prepare)(bp_device* device);
+  bp_error* (*infer_custom_op)(void* plugin, bp_string op, const bp_dtype* in_dtypes,
+                               const bp_layout* in_layouts, size_t n_inputs, const bp_op_params* params,
+                               bp_dtype* out_dtype, bp_layout* out_layout);
 } bp_plugin_api;
 
 /* What the host asks the entry symbol. */
 typedef struct bp_plugin_query {
   size_t struct_size;
   /* The host speaks every major version in [min_major, max_major], and of
-   * max_major every minor up to max_minor. */
+   * max_major every minor up to max_minor. A plugin answers with a table of
+   * a major in that range; of a newer minor than max_minor it may answer
+   * too (the host reads the table only as far as it knows), unless it needs
+   * what max_minor lacks: then it refuses with BP_ERR_INCOMPATIBLE and says
+   * what it needs in error_buffer. */
   uint32_t min_major;
   uint32_t max_major;
   uint32_t max_minor;
   /* On failure the plugin writes a NUL-terminated reason here. */
   char* error_buffer;
   size_t error_buffer_size;
-  /* ABI 1.2: which instance of the plugin this load is for; empty for an
+  /* Which instance of the plugin this load is for; empty for an
    * ordinary load. The host sets it only for a plugin whose manifest says
    * "instances": true (the `remote` plugin: the text names the server or the
    * private child to talk to). Such a plugin returns a distinct API table for
@@ -526,6 +577,8 @@ typedef struct bp_plugin_query {
  * reason in query->error_buffer (BP_ERR_INCOMPATIBLE when no version fits). */
 typedef bp_status_code (*bp_plugin_entry_fn)(const bp_plugin_query* query,
                                              const bp_plugin_api** out_api);
+/* A host of major 2 sets min_major to 1: a plugin of major 1 answers with
+ * its 1.x table (that header's bp_plugin_api), which the host adapts. */
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -25,11 +25,6 @@ namespace sdk = backplane::sdk;
 
 namespace {
 
-struct FlawedDevice {
-  int unused = 0;
-};
-FlawedDevice g_device;
-
 template <typename T, typename F>
 void unary(const bp_storage* in, const bp_storage* out, const bp_layout* layouts, F&& f) {
   const sdk::View<const T> x(in[0], layouts[0]);
@@ -61,7 +56,7 @@ bp_error* twice_f32(const bp_kernel_context*, const bp_storage* in, size_t, cons
                     const bp_layout* layouts, const bp_op_params*) {
   return sdk::guard([&] { unary<float>(in, out, layouts, [](float v) { return 2.0f * v; }); });
 }
-bp_error* infer_custom_op(bp_string op, const bp_dtype* in_dtypes, const bp_layout* in_layouts, size_t n_inputs,
+bp_error* infer_custom_op(void*, bp_string op, const bp_dtype* in_dtypes, const bp_layout* in_layouts, size_t n_inputs,
                           const bp_op_params*, bp_dtype* out_dtype, bp_layout* out_layout) {
   return sdk::guard([&] {
     sdk::check(sdk::to_sv(op) == "selftest.twice", BP_ERR_INVALID_ARGUMENT, "unknown vendor op");
@@ -188,22 +183,7 @@ sdk::KernelTable& table() {
   return t;
 }
 
-bp_error* initialize(const bp_host_api*) { return nullptr; }
-void shutdown() {}
-uint32_t device_count() { return 1; }
-bp_error* device_get(uint32_t, bp_device** out) {
-  *out = reinterpret_cast<bp_device*>(&g_device);
-  return nullptr;
-}
-bp_error* device_info(bp_device*, bp_device_info* info) {
-  info->name = sdk::to_bp("flawed0");
-  info->kind = sdk::to_bp("cpu");
-  info->description = sdk::to_bp("conformance self-test plugin with deliberate flaws");
-  info->memory_kind = BP_MEMORY_HOST;
-  info->buffer_alignment = 64;
-  return nullptr;
-}
-bp_error* buffer_allocate(bp_device*, uint64_t size, bp_buffer* out) {
+bp_error* buffer_allocate(void*, bp_device*, uint64_t size, bp_buffer* out) {
   void* p = std::aligned_alloc(64, (size + 63) / 64 * 64 + 64);
   if (!p) return sdk::make_error(BP_ERR_OUT_OF_MEMORY, "out of memory");
   out->handle = reinterpret_cast<uint64_t>(p);
@@ -213,19 +193,15 @@ bp_error* buffer_allocate(bp_device*, uint64_t size, bp_buffer* out) {
 }
 
 const bp_plugin_api* api() {
-  static bp_plugin_api a = [] {
-    bp_plugin_api x = sdk::api_table("flawed", "0.0.1", table());
-    x.initialize = initialize;
-    x.shutdown = shutdown;
-    x.device_count = device_count;
-    x.device_get = device_get;
-    x.device_info = device_info;
-    sdk::HostBuffers<64>::install(x);
-    x.buffer_allocate = buffer_allocate;  // with slack past the end
-    x.infer_custom_op = infer_custom_op;
-    return x;
+  static sdk::HostDevicePlugin plugin("flawed", "0.0.1", table(),
+                                      {"flawed0", "cpu", "conformance self-test plugin with deliberate flaws"});
+  static const bool extended = [] {
+    plugin.table().buffer_allocate = buffer_allocate;  // with slack past the end
+    plugin.table().infer_custom_op = infer_custom_op;
+    return true;
   }();
-  return &a;
+  (void)extended;
+  return plugin.api();
 }
 
 }  // namespace

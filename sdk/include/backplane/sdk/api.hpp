@@ -1,5 +1,6 @@
-// Building a plugin's API table, and buffer functions for devices that work
-// on host memory. Header-only, like the rest of the SDK.
+// Building a plugin's API table, buffer functions for devices that work on
+// host memory, and a whole one-device host-memory plugin. Header-only, like
+// the rest of the SDK.
 //
 //   bp_plugin_api make_api() {
 //     bp_plugin_api a = sdk::api_table("acme", "1.0.0", kernels());
@@ -7,6 +8,14 @@
 //     ...
 //     sdk::HostBuffers<64>::install(a);
 //     return a;
+//   }
+//
+// or, for a plugin with one device that computes on host memory:
+//
+//   extern "C" BP_EXPORT bp_status_code backplane_plugin_entry(const bp_plugin_query* q,
+//                                                             const bp_plugin_api** out) {
+//     static sdk::HostDevicePlugin plugin("acme", "1.0.0", kernels(), {"acme0", "cpu", "what it is"});
+//     return sdk::negotiate(q, plugin.api(), out);
 //   }
 #pragma once
 
@@ -19,6 +28,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace backplane::sdk {
 
@@ -89,12 +99,85 @@ template <size_t Align = 64> struct HostBuffers {
   }
   // Sets the buffer functions of `a` (import of host memory included).
   static void install(bp_plugin_api& a) {
-    a.buffer_import_host = import_host;
-    a.buffer_allocate = allocate;
-    a.buffer_free = free;
-    a.buffer_write = write;
-    a.buffer_read = read;
+    a.buffer_import_host = [](void*, bp_device* d, void* p, uint64_t n, bp_buffer* o) { return import_host(d, p, n, o); };
+    a.buffer_allocate = [](void*, bp_device* d, uint64_t n, bp_buffer* o) { return allocate(d, n, o); };
+    a.buffer_free = [](void*, bp_device* d, uint64_t h) { free(d, h); };
+    a.buffer_write = [](void*, bp_device* d, uint64_t h, uint64_t off, const void* src, uint64_t n) {
+      return write(d, h, off, src, n);
+    };
+    a.buffer_read = [](void*, bp_device* d, uint64_t h, uint64_t off, void* dst, uint64_t n) {
+      return read(d, h, off, dst, n);
+    };
   }
 };
+
+// What a HostDevicePlugin's one device reports. The strings must outlive
+// the plugin (string literals do).
+struct HostDeviceInfo {
+  std::string_view name;         // unique within the plugin, e.g. "acme0"
+  std::string_view kind = "cpu";  // one the manifest lists
+  std::string_view description = {};
+  uint64_t buffer_alignment = 64;
+};
+
+// A whole plugin with one synchronous device on host memory: the API table
+// (api_table's, plus initialize/shutdown, the device functions and
+// HostBuffers<64>), ready for negotiate(). The plugin context is this
+// object, the device handle points into it; kernels reach the host API
+// through their bp_kernel_context. Set more entries (infer_custom_op, a
+// begin/synchronize pair) on `table()` before the first negotiate().
+// Construct it as a function-local static: it must not move once built.
+class HostDevicePlugin {
+ public:
+  template <class Table>
+  HostDevicePlugin(std::string_view name, std::string_view version, const Table& kernels, HostDeviceInfo device)
+      : api_(api_table(name, version, kernels)), device_(device) {
+    api_.initialize = [](const bp_plugin_api* self, const bp_host_api* host, void** out) -> bp_error* {
+      auto* p = from(self);
+      p->host_ = host;
+      *out = p;
+      return nullptr;
+    };
+    api_.shutdown = [](void* p) { static_cast<HostDevicePlugin*>(p)->host_ = nullptr; };
+    api_.device_count = [](void*) -> uint32_t { return 1; };
+    api_.device_get = [](void* p, uint32_t i, bp_device** out) -> bp_error* {
+      if (i != 0 || out == nullptr) return make_error(BP_ERR_INVALID_ARGUMENT, "device_get: no such device");
+      *out = static_cast<HostDevicePlugin*>(p)->device();
+      return nullptr;
+    };
+    api_.device_info = [](void* p, bp_device*, bp_device_info* info) -> bp_error* {
+      if (info == nullptr) return make_error(BP_ERR_INVALID_ARGUMENT, "device_info: out_info is NULL");
+      const HostDeviceInfo& d = static_cast<HostDevicePlugin*>(p)->device_;
+      info->name = to_bp(d.name);
+      info->kind = to_bp(d.kind);
+      info->description = to_bp(d.description);
+      info->memory_kind = BP_MEMORY_HOST;
+      info->buffer_alignment = d.buffer_alignment;
+      info->max_buffer_size = 0;
+      return nullptr;
+    };
+    HostBuffers<64>::install(api_);
+  }
+  HostDevicePlugin(const HostDevicePlugin&) = delete;
+  HostDevicePlugin& operator=(const HostDevicePlugin&) = delete;
+
+  const bp_plugin_api* api() const { return &api_; }
+  bp_plugin_api& table() { return api_; }
+  // The host API given to initialize (NULL before it and after shutdown).
+  const bp_host_api* host() const { return host_; }
+  bp_device* device() { return reinterpret_cast<bp_device*>(&device_); }
+
+ private:
+  // initialize() gets the table it was returned as; api_ is this object's
+  // first member, so the object is found from it.
+  static HostDevicePlugin* from(const bp_plugin_api* self) {
+    return reinterpret_cast<HostDevicePlugin*>(const_cast<bp_plugin_api*>(self));
+  }
+
+  bp_plugin_api api_;  // first member (see from())
+  HostDeviceInfo device_;
+  const bp_host_api* host_ = nullptr;
+};
+static_assert(std::is_standard_layout_v<HostDevicePlugin>, "HostDevicePlugin is found from its first member");
 
 }  // namespace backplane::sdk

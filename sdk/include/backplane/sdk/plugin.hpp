@@ -13,6 +13,13 @@
 #include <backplane/abi.h>
 #include <backplane/sdk/dtype.hpp>
 
+// Throws sdk::Error(code, message) unless cond holds. The message expression
+// is evaluated only when cond fails, so it may build strings freely.
+#define BP_SDK_CHECK(cond, code, message)                   \
+  do {                                                      \
+    if (!(cond)) ::backplane::sdk::fail((code), (message)); \
+  } while (0)
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -63,6 +70,9 @@ class Error : public std::runtime_error {
 };
 
 [[noreturn]] inline void fail(bp_status_code code, const std::string& message) { throw Error(code, message); }
+// Eager: the message is built even when ok. In kernels and other hot paths
+// use BP_SDK_CHECK, which builds it only on failure.
+
 inline void check(bool ok, bp_status_code code, const std::string& message) {
   if (!ok) fail(code, message);
 }
@@ -88,10 +98,11 @@ template <typename F> bp_error* guard(F&& f) noexcept {
   }
 }
 
-// The error functions of bp_plugin_api.
-inline bp_status_code error_code(const bp_error* e) { return e ? e->code : BP_OK; }
-inline bp_string error_message(const bp_error* e) { return e ? to_bp(e->message) : bp_string{nullptr, 0}; }
-inline void error_destroy(bp_error* e) {
+// The error functions of bp_plugin_api (errors are plugin-independent
+// objects, so the context is not needed).
+inline bp_status_code error_code(void*, const bp_error* e) { return e ? e->code : BP_OK; }
+inline bp_string error_message(void*, const bp_error* e) { return e ? to_bp(e->message) : bp_string{nullptr, 0}; }
+inline void error_destroy(void*, bp_error* e) {
   if (e != out_of_memory_error()) delete e;
 }
 
@@ -322,7 +333,10 @@ class KernelTable {
   std::vector<bp_kernel_desc> descs_;
 };
 
-// The entry symbol's handshake for a plugin that speaks ABI major 1.
+// The entry symbol's handshake for a plugin built against these headers
+// (ABI BP_ABI_VERSION_MAJOR.BP_ABI_VERSION_MINOR). A host of the same major
+// and an older minor is answered too: it reads the table only as far as it
+// knows, and this SDK sets nothing a 2.0 host would misread.
 inline bp_status_code negotiate(const bp_plugin_query* query, const bp_plugin_api* api,
                                 const bp_plugin_api** out_api) noexcept {
   if (out_api) *out_api = nullptr;
