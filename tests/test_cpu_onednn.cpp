@@ -13,6 +13,7 @@
 #include <backplane/backplane.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -423,6 +424,50 @@ TEST_CASE("cpu matmul on two threads: batches against one b flattened into one p
         auto plan = rt.compile(g, dev);
         const Ref ref = ref_matmul(values(a), values(b), batch, M, K, N, b_batched);
         check_close(plan.run(inputs).at("y"), ref.y, ref.mag, d);
+      }
+    }
+  }
+}
+
+// Constant weights (BP_INPUT_CONSTANT): the plugin packs them at a plan's
+// first run (oneDNN's blocked format, Winograd's transformed filters) and
+// keeps the packed form until the weights' buffer is freed. Wrong answers
+// this catches: a packed form reused for other weights (plans made one
+// after another get their constants at recycled addresses, and a pack kept
+// past buffer_free, or keyed without the buffer, would serve the old
+// weights), and a packed run that differs from the unpacked one.
+TEST_CASE("cpu conv2d with constant weights: packed once, dropped with the buffer", "[cpu][onednn][packed]") {
+  auto& rt = two_thread_runtime();
+  auto& dev = rt.device("cpu");
+  const std::vector<ConvCase> cases = {
+      {{1, 256, 14, 14}, {256, 256, 3, 3}, true, 1, 1, 1, 1},  // oneDNN (AVX-512), else the plugin's GEMM
+      {{1, 64, 28, 28}, {64, 64, 3, 3}, true, 1, 1, 1, 1},     // Winograd
+      {{1, 64, 56, 56}, {128, 64, 1, 1}, false, 2, 0, 1, 1},   // pointwise at stride 2
+  };
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const ConvCase& c = cases[ci];
+    const int64_t OH = (c.x[2] + 2 * c.pad - c.dil * (c.w[2] - 1) - 1) / c.stride + 1;
+    const int64_t OW = (c.x[3] + 2 * c.pad - c.dil * (c.w[3] - 1) - 1) / c.stride + 1;
+    const HostTensor x = random_tensor(BP_DTYPE_F32, c.x, 71 + static_cast<uint32_t>(ci));
+    const HostTensor bias = random_tensor(BP_DTYPE_F32, {c.w[0]}, 81 + static_cast<uint32_t>(ci));
+    HostTensor first_y;
+    for (uint32_t version = 0; version < 3; ++version) {
+      DYNAMIC_SECTION("case " << ci << " weights " << version) {
+        const HostTensor w = random_tensor(BP_DTYPE_F32, c.w, 91 + 7 * version + static_cast<uint32_t>(ci));
+        Graph g;
+        g.input("x", BP_DTYPE_F32, c.x);
+        g.constant("w", w);
+        g.constant("bias", bias);
+        const Json params = {{"stride", c.stride}, {"padding", c.pad}, {"dilation", c.dil}, {"groups", c.groups}};
+        g.node("y", "conv2d", {"x", "w", c.bias ? "bias" : ""}, params);
+        g.output("y");
+        const Ref r = ref_conv(x, w, c.bias ? &bias : nullptr, c, OH, OW);
+        auto plan = rt.compile(g, dev);
+        const HostTensor y1 = plan.run({{"x", x}}).at("y");
+        check_close(y1, r.y, r.mag, BP_DTYPE_F32);
+        // The second run takes the packed form: the same bits.
+        const HostTensor y2 = plan.run({{"x", x}}).at("y");
+        CHECK(std::memcmp(y1.data(), y2.data(), y1.nbytes()) == 0);
       }
     }
   }

@@ -11,6 +11,7 @@
 // ISA chosen at initialize picks one.
 #include "kernels.hpp"
 #include "onednn.hpp"
+#include "packed.hpp"
 #include "winograd.hpp"
 
 #include <algorithm>
@@ -687,16 +688,34 @@ template <bp_dtype D> struct Conv2dK {
       return;
     const T* x = c.in_data<T>(0);
     T* y = c.out_data<T>();
-    // Weights dense as [O, Kd] in the GEMM type.
-    std::vector<P> wd(static_cast<size_t>(O * Kd));
-    {
+    // Constant weights transformed for Winograd are made once and kept with
+    // them (packed.hpp): keyed on the geometry and the weights' layout.
+    std::shared_ptr<const WinogradFilters> kept;
+    const bool keep = winograd && std::is_same_v<P, float> && packed::constant(c, 1);
+    // Weights dense as [O, Kd] in the GEMM type (not needed when kept ones serve).
+    std::vector<P> wd;
+    auto dense_weights = [&] {
+      wd.resize(static_cast<size_t>(O * Kd));
       const T* w = c.in_data<T>(1);
       int64_t k = 0;
       const sdk::StridedWalker<1> ww(lw.rank, lw.shape, {&lw});
       ww.run_all([&](const int64_t* off, int64_t n, const int64_t* s) {
         for (int64_t i = 0; i < n; ++i) wd[static_cast<size_t>(k++)] = static_cast<P>(ld(w[off[0] + i * s[0]]));
       });
+    };
+    if constexpr (std::is_same_v<P, float>) {
+      if (keep) {
+        std::string key = "winograd";
+        for (int64_t v : {N, C, H, W, O, G, pt, pl, OH, OW, lw.offset, lw.strides[0], lw.strides[1], lw.strides[2],
+                          lw.strides[3], static_cast<int64_t>(D)})
+          key.append(",").append(std::to_string(v));
+        kept = packed::get<WinogradFilters>(c, 1, key, [&] {
+          dense_weights();
+          return std::const_pointer_cast<WinogradFilters>(winograd_filters(c, wg, wd.data()));
+        });
+      }
     }
+    if (!kept) dense_weights();
     std::vector<P> bias(static_cast<size_t>(O), P(0));
     if (has_bias) {
       const bp_layout& lbias = c.in_layout(2);
@@ -710,7 +729,7 @@ template <bp_dtype D> struct Conv2dK {
     }
     if constexpr (std::is_same_v<P, float>) {
       if (winograd) {
-        conv2d_winograd<T>(c, wg, x + lx.offset, wd.data(), bias.data(), y);
+        conv2d_winograd<T>(c, wg, x + lx.offset, kept ? nullptr : wd.data(), bias.data(), y, kept.get());
         return;
       }
     }

@@ -1,5 +1,6 @@
 // matmul and conv2d through oneDNN; see onednn.hpp for when and how.
 #include "onednn.hpp"
+#include "packed.hpp"
 
 #include <cstdio>
 
@@ -299,6 +300,42 @@ bool matmul(const Call& c, bp_dtype d, const std::vector<std::array<int64_t, 3>>
   return true;
 }
 
+// A reorder between a user layout and a primitive's, made once per
+// primitive for all the pieces of one size (making a reorder's
+// primitive_desc costs tens of microseconds; oneDNN caches primitives, not
+// descriptors).
+struct Reorder {
+  bool needed = false;
+  dnnl::reorder::primitive_desc pd;
+  dnnl::reorder prim;
+  void make(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+    needed = from != to;
+    if (!needed) return;
+    pd = dnnl::reorder::primitive_desc(*g_engine, from, *g_engine, to, user_scratchpad());
+    prim = dnnl::reorder(pd);
+  }
+  void operator()(const dnnl::memory& from, const dnnl::memory& to) const {
+    run(prim, pd.scratchpad_desc(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  }
+};
+// One convolution primitive per distinct (images, units) piece size.
+struct ConvPrim {
+  int64_t n = -1, u = -1;
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+  Reorder rx, rw, ry;  // x into the primitive's format, w into it, y out of it
+};
+// A convolution's primitives, and for constant weights (BP_INPUT_CONSTANT)
+// the weights of each channel piece in their primitive's format, made once
+// and kept with the weights (packed.hpp). ok: oneDNN takes this geometry.
+struct ConvPlan {
+  bool ok = false;
+  std::vector<ConvPrim> prims;
+  bool share_src = false;
+  bool packed = false;        // wbuf holds the weights, reordered
+  std::vector<Scratch> wbuf;  // per channel piece (empty where no reorder is needed)
+};
+
 bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
   if (!enabled()) return false;
   const std::optional<dt> t = dnnl_type(d);
@@ -342,32 +379,13 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
   // One primitive per distinct (images, units) piece size (at most a few),
   // made on this thread (oneDNN caches them, so a plan run again finds them).
   OneThread one;
-  // A reorder between a user layout and a primitive's, made once per call
-  // for all the pieces of one size (making a reorder's primitive_desc costs
-  // tens of microseconds; oneDNN caches primitives, not descriptors).
-  struct Reorder {
-    bool needed = false;
-    dnnl::reorder::primitive_desc pd;
-    dnnl::reorder prim;
-    void make(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
-      needed = from != to;
-      if (!needed) return;
-      pd = dnnl::reorder::primitive_desc(*g_engine, from, *g_engine, to, user_scratchpad());
-      prim = dnnl::reorder(pd);
-    }
-    void operator()(const dnnl::memory& from, const dnnl::memory& to) const {
-      run(prim, pd.scratchpad_desc(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
-    }
+  auto with_units = [](const std::vector<ConvPrim>& prims, int64_t u) -> const ConvPrim* {
+    for (const ConvPrim& p : prims)
+      if (p.u == u) return &p;
+    return nullptr;
   };
-  struct Prim {
-    int64_t n = -1, u = -1;
-    dnnl::convolution_forward::primitive_desc pd;
-    dnnl::convolution_forward prim;
-    Reorder rx, rw, ry;  // x into the primitive's format, w into it, y out of it
-  };
-  std::vector<Prim> prims;
-  auto prim_for = [&](int64_t n, int64_t u) -> const Prim* {
-    for (const Prim& p : prims)
+  auto prim_for = [](const std::vector<ConvPrim>& prims, int64_t n, int64_t u) -> const ConvPrim* {
+    for (const ConvPrim& p : prims)
       if (p.n == n && p.u == u) return &p;
     return nullptr;
   };
@@ -383,54 +401,94 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
   auto y_user = [&](int64_t n, int64_t u) {
     return dnnl::memory::desc({n, cout(u), g.OH, g.OW}, *t, dims{ystride, g.OH * g.OW, g.OW, 1});
   };
-  try {
-    for (int64_t i = 0; i < nparts; ++i)
-      for (int64_t j = 0; j < cparts; ++j) {
-        const int64_t n = nsplit.lo(i + 1) - nsplit.lo(i), u = csplit.lo(j + 1) - csplit.lo(j);
-        if (n <= 0 || u <= 0 || prim_for(n, u)) continue;
-        Prim p;
-        const dnnl::memory::desc src({n, cin(u), g.H, g.W}, *t, dnnl::memory::format_tag::any);
-        const dnnl::memory::desc dst({n, cout(u), g.OH, g.OW}, *t, dnnl::memory::format_tag::any);
-        const dnnl::memory::desc any_w(wdims(u), *t, dnnl::memory::format_tag::any);
-        const dnnl::memory::desc bias_md({cout(u)}, dt::f32, dnnl::memory::format_tag::x);
-        const dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
-        const auto desc = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                                     dnnl::algorithm::convolution_direct, src, any_w,
-                                                                     bias_md, dst, strides, dil, pl, pr)
-                                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                                     dnnl::algorithm::convolution_direct, src, any_w, dst,
-                                                                     strides, dil, pl, pr);
-        p.pd = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), *g_engine);
-        if (!fast_impl(p.pd.impl_info_str())) return false;
-        p.prim = dnnl::convolution_forward(p.pd);
-        p.rx.make(x_user(n, u), p.pd.src_desc());
-        p.rw.make(w_user(u), p.pd.weights_desc());
-        p.ry.make(p.pd.dst_desc(), y_user(n, u));
-        p.n = n;
-        p.u = u;
-        prims.push_back(std::move(p));
-      }
-    // One weights buffer per channel piece serves every image piece: their
-    // primitives must agree on its format.
-    for (const Prim& p : prims)
-      for (const Prim& q : prims)
-        if (p.u == q.u && p.pd.weights_desc() != q.pd.weights_desc()) return false;
-  } catch (const dnnl::error&) {
-    return false;
-  }
-
-  // Ungrouped channel pieces all read the whole image: reformat it once per
-  // image piece (when their primitives agree on the format) instead of once
-  // per piece.
-  bool share_src = !grouped && cparts > 1;
-  for (const Prim& p : prims)
-    for (const Prim& q : prims)
-      if (p.n == q.n && p.pd.src_desc() != q.pd.src_desc()) share_src = false;
-
   const size_t es = dsize(d);
   char* x = static_cast<char*>(const_cast<void*>(c.in[0].data)) + lx.offset * static_cast<int64_t>(es);
   char* w = static_cast<char*>(const_cast<void*>(c.in[1].data)) + lw.offset * static_cast<int64_t>(es);
   char* y = static_cast<char*>(c.out[0].data);
+  auto w_piece = [&](int64_t u0) { return w + u0 * (grouped ? Og : 1) * ws[0] * static_cast<int64_t>(es); };
+  // The primitives (and, when `pack`, the weights in their formats).
+  auto make_plan = [&](bool pack) {
+    auto cp = std::make_shared<ConvPlan>();
+    try {
+      for (int64_t i = 0; i < nparts; ++i)
+        for (int64_t j = 0; j < cparts; ++j) {
+          const int64_t n = nsplit.lo(i + 1) - nsplit.lo(i), u = csplit.lo(j + 1) - csplit.lo(j);
+          if (n <= 0 || u <= 0 || prim_for(cp->prims, n, u)) continue;
+          ConvPrim p;
+          const dnnl::memory::desc src({n, cin(u), g.H, g.W}, *t, dnnl::memory::format_tag::any);
+          const dnnl::memory::desc dst({n, cout(u), g.OH, g.OW}, *t, dnnl::memory::format_tag::any);
+          const dnnl::memory::desc any_w(wdims(u), *t, dnnl::memory::format_tag::any);
+          const dnnl::memory::desc bias_md({cout(u)}, dt::f32, dnnl::memory::format_tag::x);
+          const dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
+          const auto desc = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                       dnnl::algorithm::convolution_direct, src, any_w,
+                                                                       bias_md, dst, strides, dil, pl, pr)
+                                     : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                       dnnl::algorithm::convolution_direct, src, any_w, dst,
+                                                                       strides, dil, pl, pr);
+          p.pd = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), *g_engine);
+          if (!fast_impl(p.pd.impl_info_str())) return cp;
+          p.prim = dnnl::convolution_forward(p.pd);
+          p.rx.make(x_user(n, u), p.pd.src_desc());
+          p.rw.make(w_user(u), p.pd.weights_desc());
+          p.ry.make(p.pd.dst_desc(), y_user(n, u));
+          p.n = n;
+          p.u = u;
+          cp->prims.push_back(std::move(p));
+        }
+      // One weights buffer per channel piece serves every image piece: their
+      // primitives must agree on its format.
+      for (const ConvPrim& p : cp->prims)
+        for (const ConvPrim& q : cp->prims)
+          if (p.u == q.u && p.pd.weights_desc() != q.pd.weights_desc()) return cp;
+    } catch (const dnnl::error&) {
+      return cp;
+    }
+    // Ungrouped channel pieces all read the whole image: reformat it once per
+    // image piece (when their primitives agree on the format) instead of once
+    // per piece.
+    cp->share_src = !grouped && cparts > 1;
+    for (const ConvPrim& p : cp->prims)
+      for (const ConvPrim& q : cp->prims)
+        if (p.n == q.n && p.pd.src_desc() != q.pd.src_desc()) cp->share_src = false;
+    cp->wbuf.reserve(static_cast<size_t>(cparts));
+    for (int64_t j = 0; j < cparts; ++j) {
+      const ConvPrim* p = with_units(cp->prims, csplit.lo(j + 1) - csplit.lo(j));
+      cp->wbuf.emplace_back(p && p->rw.needed ? p->pd.weights_desc().get_size() : 0);
+    }
+    if (pack) {
+      pfor(c, cparts, 1, [&](int64_t j0, int64_t j1) {
+        OneThread inner;
+        for (int64_t j = j0; j < j1; ++j) {
+          const int64_t u0 = csplit.lo(j), u = csplit.lo(j + 1) - u0;
+          const ConvPrim* p = u > 0 ? with_units(cp->prims, u) : nullptr;
+          if (!p || !p->rw.needed) continue;
+          p->rw(dnnl::memory(w_user(u), *g_engine, w_piece(u0)),
+                dnnl::memory(p->pd.weights_desc(), *g_engine, cp->wbuf[static_cast<size_t>(j)].get()));
+        }
+      });
+      cp->packed = true;
+    }
+    cp->ok = true;
+    return cp;
+  };
+  // Constant weights: the plan and the packed weights are kept with them,
+  // keyed on everything they depend on.
+  std::shared_ptr<const ConvPlan> plan;
+  if (packed::constant(c, 1)) {
+    std::string key = "onednn.conv2d";
+    for (int64_t v : {g.N, g.C, g.H, g.W, g.O, g.Cg, g.kH, g.kW, g.G, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr,
+                      xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], lw.offset, nparts, cparts,
+                      static_cast<int64_t>(d), int64_t{has_bias}})
+      key.append(",").append(std::to_string(v));
+    plan = packed::get<ConvPlan>(c, 1, key, [&] { return make_plan(true); });
+  } else {
+    plan = make_plan(false);
+  }
+  if (!plan->ok) return false;
+  const std::vector<ConvPrim>& prims = plan->prims;
+  const bool share_src = plan->share_src;
+
   // Element offset of piece (image n0, unit u0) in x and y.
   auto x_off = [&](int64_t n0, int64_t u0) { return n0 * xs[0] + (grouped ? u0 * g.Cg * xs[1] : 0); };
 
@@ -449,43 +507,40 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
 
   // Weights (per channel piece) and the shared images in the primitives'
   // formats, first, spread over the threads.
-  auto with_units = [&](int64_t u) -> const Prim* {
-    for (const Prim& p : prims)
-      if (p.u == u) return &p;
-    return nullptr;
-  };
-  std::vector<Scratch> wbuf, xbuf;
-  std::vector<char*> wptr;  // each channel piece's weights in its primitive's format
-  wbuf.reserve(static_cast<size_t>(cparts));
+  std::vector<Scratch> xbuf;
+  // Each channel piece's weights in its primitive's format: the plan's
+  // buffers (packed already, or filled below), or the user's in place.
+  std::vector<char*> wptr;
   for (int64_t j = 0; j < cparts; ++j) {
-    const Prim* p = with_units(csplit.lo(j + 1) - csplit.lo(j));
-    wbuf.emplace_back(p && p->rw.needed ? p->pd.weights_desc().get_size() : 0);
-    wptr.push_back(p && p->rw.needed ? static_cast<char*>(wbuf.back().get())
-                                     : w + csplit.lo(j) * (grouped ? Og : 1) * ws[0] * static_cast<int64_t>(es));
+    const ConvPrim* p = with_units(prims, csplit.lo(j + 1) - csplit.lo(j));
+    wptr.push_back(p && p->rw.needed ? static_cast<char*>(plan->wbuf[static_cast<size_t>(j)].get()) : w_piece(csplit.lo(j)));
   }
   if (share_src) {
     xbuf.reserve(static_cast<size_t>(nparts));
     for (int64_t i = 0; i < nparts; ++i) {
       const int64_t n = nsplit.lo(i + 1) - nsplit.lo(i);
-      const Prim* p = prim_for(n, csplit.lo(1) - csplit.lo(0));
+      const ConvPrim* p = prim_for(prims, n, csplit.lo(1) - csplit.lo(0));
       xbuf.emplace_back(p && p->rx.needed ? p->pd.src_desc().get_size() : 0);
     }
   }
-  const int64_t prep = cparts + (share_src ? nparts : 0);
+  // Weights not packed yet (they are not constant) go into the plan's
+  // buffers here, beside the shared images.
+  const int64_t wprep = plan->packed ? 0 : cparts;
+  const int64_t prep = wprep + (share_src ? nparts : 0);
   pfor(c, prep, 1, [&](int64_t i0, int64_t i1) {
     OneThread inner;
     for (int64_t i = i0; i < i1; ++i) {
-      if (i < cparts) {
+      if (i < wprep) {
         const int64_t u0 = csplit.lo(i), u = csplit.lo(i + 1) - u0;
         if (u <= 0) continue;
-        const Prim* p = with_units(u);
+        const ConvPrim* p = with_units(prims, u);
         if (!p->rw.needed) continue;
-        p->rw(dnnl::memory(w_user(u), *g_engine, w + u0 * (grouped ? Og : 1) * ws[0] * static_cast<int64_t>(es)),
+        p->rw(dnnl::memory(w_user(u), *g_engine, w_piece(u0)),
               dnnl::memory(p->pd.weights_desc(), *g_engine, wptr[static_cast<size_t>(i)]));
       } else {
-        const int64_t k = i - cparts, n0 = nsplit.lo(k), n = nsplit.lo(k + 1) - n0;
+        const int64_t k = i - wprep, n0 = nsplit.lo(k), n = nsplit.lo(k + 1) - n0;
         if (n <= 0 || !xbuf[static_cast<size_t>(k)].get()) continue;
-        const Prim* p = prim_for(n, csplit.lo(1) - csplit.lo(0));
+        const ConvPrim* p = prim_for(prims, n, csplit.lo(1) - csplit.lo(0));
         p->rx(dnnl::memory(x_user(n, 0), *g_engine, x + x_off(n0, 0) * static_cast<int64_t>(es)),
               dnnl::memory(p->pd.src_desc(), *g_engine, xbuf[static_cast<size_t>(k)].get()));
       }
@@ -499,7 +554,7 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
       const int64_t n0 = nsplit.lo(ip), n = nsplit.lo(ip + 1) - n0;
       const int64_t u0 = csplit.lo(jp), u = csplit.lo(jp + 1) - u0;
       if (n <= 0 || u <= 0) continue;
-      const Prim& p = *prim_for(n, u);
+      const ConvPrim& p = *prim_for(prims, n, u);
       const int64_t o0 = grouped ? u0 * Og : u0;
       const dnnl::memory xu(x_user(n, u), *g_engine, x + x_off(n0, u0) * static_cast<int64_t>(es));
       const dnnl::memory yu(y_user(n, u), *g_engine, y + (n0 * ystride + o0 * g.OH * g.OW) * static_cast<int64_t>(es));

@@ -2,6 +2,7 @@
 // family files and are registered through kernels.hpp.
 #include "kernels.hpp"
 #include "onednn.hpp"
+#include "packed.hpp"
 
 #include <backplane/sdk/api.hpp>
 
@@ -110,6 +111,8 @@ bp_error* initialize(const bp_plugin_api*, const bp_host_api* host, void** out_p
     // One instance: its state is this library's; the context is the device.
     *out_plugin = &g_device;
     g_host = host;
+    const char* pack = std::getenv("BACKPLANE_CPU_PACK");
+    packed::g_enabled = !(pack && std::string_view(pack) == "0");
     const IsaChoice choice = detect_isa();
     g_isa = choice.isa;
     char engines[64];
@@ -122,6 +125,7 @@ bp_error* initialize(const bp_plugin_api*, const bp_host_api* host, void** out_p
 }
 
 void shutdown(void*) {
+  packed::clear();  // before oneDNN goes: kept primitives belong to its engine
   onednn::release();
   g_host = nullptr;
   std::snprintf(g_description, sizeof g_description, "host CPU");
@@ -225,6 +229,7 @@ bp_error* buffer_import_host(void*, bp_device* device, void* host_ptr, uint64_t 
 
 void buffer_free(void*, bp_device*, uint64_t handle) {
   if (handle == 0) return;
+  packed::drop(handle);  // what kernels derived from it, if it held constants
   BlockHeader* h = header_of(handle);
   if (is_import(handle)) {
     if (h->magic != kImportMagic) return;

@@ -380,8 +380,31 @@ bool winograd_pays(const WinogradConv& g) {
   return Cg >= 16 && Og >= 16 && tiles >= std::max<int64_t>(16, Cg * Og / 2048);
 }
 
+struct WinogradFilters {
+  int64_t usize = 0;  // one group's U, floats
+  FloatBuf up;        // G groups of U
+};
+
+std::shared_ptr<const WinogradFilters> winograd_filters(const Call& c, const WinogradConv& g, const float* w) {
+  const Kernel k = kernel_shape();
+  const int64_t Cg = g.C / g.G, Og = g.O / g.G, Opad = (Og + k.mr - 1) / k.mr * k.mr;
+  auto f = std::make_shared<WinogradFilters>();
+  f->usize = 16 * Opad * Cg;
+  f->up = alloc_floats(g.G * f->usize, false);
+  const int64_t np = Opad / k.mr;  // row panels per group
+  float* up = f->up.get();
+  pfor(c, g.G * np, std::max<int64_t>(1, kGrain / (16 * k.mr * Cg)), [&](int64_t b, int64_t e) {
+    for (int64_t gi = b / np; gi * np < e; ++gi) {
+      const int64_t i0 = std::max(b - gi * np, int64_t{0}), i1 = std::min(e - gi * np, np);
+      transform_filters(w, gi, i0, i1, Og, Cg, k.mr, Opad, up + gi * f->usize);
+    }
+  });
+  return f;
+}
+
 template <class T>
-void conv2d_winograd(const Call& c, const WinogradConv& g, const T* x, const float* w, const float* bias, T* y) {
+void conv2d_winograd(const Call& c, const WinogradConv& g, const T* x, const float* w, const float* bias, T* y,
+                     const WinogradFilters* u) {
   const Kernel k = kernel_shape();
   Plan p{};
   p.Cg = g.C / g.G;
@@ -411,15 +434,14 @@ void conv2d_winograd(const Call& c, const WinogradConv& g, const T* x, const flo
   tb = std::min(tb, (p.tiles + 4 * threads - 1) / (4 * threads));
   p.TB = std::max<int64_t>(k.nr, (tb + k.nr - 1) / k.nr * k.nr);
 
-  const int64_t usize = 16 * p.Opad * p.Cg;  // one group's U
-  const FloatBuf up = alloc_floats(g.G * usize, false);
-  const int64_t np = p.Opad / p.MR;  // row panels per group
-  pfor(c, g.G * np, std::max<int64_t>(1, kGrain / (16 * p.MR * p.Cg)), [&](int64_t b, int64_t e) {
-    for (int64_t gi = b / np; gi * np < e; ++gi) {
-      const int64_t i0 = std::max(b - gi * np, int64_t{0}), i1 = std::min(e - gi * np, np);
-      transform_filters(w, gi, i0, i1, p.Og, p.Cg, p.MR, p.Opad, up.get() + gi * usize);
-    }
-  });
+  // The transformed filters: given (kept with constant weights), or made now.
+  std::shared_ptr<const WinogradFilters> made;
+  if (!u) {
+    made = winograd_filters(c, g, w);
+    u = made.get();
+  }
+  const int64_t usize = u->usize;
+  const float* up = u->up.get();
 
   const BlockFn<T> fn = block_fn<T>();
   const int64_t nblk = (p.tiles + p.TB - 1) / p.TB;
@@ -433,13 +455,16 @@ void conv2d_winograd(const Call& c, const WinogradConv& g, const T* x, const flo
     const Scratch s{v.get(), m.get(), xb.get(), yb.get(), segs.data()};
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t gi = b / nblk, t0 = (b % nblk) * p.TB;
-      fn(p, x + gi * p.Cg * p.xs1, up.get() + gi * usize, bias + gi * p.Og, y + gi * p.Og * p.OH * p.OW, t0, s);
+      fn(p, x + gi * p.Cg * p.xs1, up + gi * usize, bias + gi * p.Og, y + gi * p.Og * p.OH * p.OW, t0, s);
     }
   });
 }
 
-template void conv2d_winograd<float>(const Call&, const WinogradConv&, const float*, const float*, const float*, float*);
-template void conv2d_winograd<f16>(const Call&, const WinogradConv&, const f16*, const float*, const float*, f16*);
-template void conv2d_winograd<bf16>(const Call&, const WinogradConv&, const bf16*, const float*, const float*, bf16*);
+template void conv2d_winograd<float>(const Call&, const WinogradConv&, const float*, const float*, const float*, float*,
+                                     const WinogradFilters*);
+template void conv2d_winograd<f16>(const Call&, const WinogradConv&, const f16*, const float*, const float*, f16*,
+                                   const WinogradFilters*);
+template void conv2d_winograd<bf16>(const Call&, const WinogradConv&, const bf16*, const float*, const float*, bf16*,
+                                    const WinogradFilters*);
 
 }  // namespace backplane::cpu
