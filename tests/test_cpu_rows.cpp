@@ -111,3 +111,40 @@ TEST_CASE("cpu layer_norm and softmax: f32 rows of transformer shapes on two thr
     }
   }
 }
+
+// gelu (erf form) over dense f32 takes the plugin's vector path (a fitted
+// erfc, rowops.cpp) on avx2 machines. Every f32 step of x in [-14, 14] from
+// a fine grid, the range where the result leaves 0, against 0.5 x erfc(-x /
+// sqrt 2) in long double, within docs/ops.md's single-op f32 bound
+// (relative 1e-5 or absolute 1e-6); and the special values: NaN stays NaN,
+// +inf stays +inf, -0 and the far negative tail give 0. Wrong answers this
+// catches: a polynomial fitted for the wrong variable or range, the erfc
+// branch taken for the wrong sign (1 - erf cancelling for x << 0: relative
+// error 1 in the tail), a tail cut too early.
+TEST_CASE("cpu gelu: the f32 vector path against long double over its whole range", "[cpu][rows]") {
+  auto& rt = runtime();
+  const int64_t n = 2 * 280001 + 7;  // an odd count: the last partial vector too
+  HostTensor x(BP_DTYPE_F32, {n});
+  for (int64_t i = 0; i < n - 7; ++i) x.set(i, -14.0 + 28.0 * static_cast<double>(i) / static_cast<double>(n - 8));
+  const double specials[7] = {std::nan(""), HUGE_VAL, -0.0, -30.0, 1e-30, -1e-30, 50.0};
+  for (int i = 0; i < 7; ++i) x.set(n - 7 + i, specials[i]);
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {n});
+  g.node("y", "gelu", {"x"});
+  g.output("y");
+  const HostTensor y = rt.run_graph(g, rt.device("cpu"), {{"x", x}}).at("y");
+  int64_t bad = 0;
+  std::string first;
+  for (int64_t i = 0; i < n; ++i) {
+    const long double v = static_cast<long double>(static_cast<float>(x.get(i)));
+    const double want = static_cast<double>(0.5L * v * std::erfc(-v / std::sqrt(2.0L)));
+    const double got = y.get(i);
+    bool ok;
+    if (std::isnan(want)) ok = std::isnan(got);
+    else if (std::isinf(want)) ok = got == want;
+    else ok = std::abs(got - want) <= 1e-6 || std::abs(got - want) <= 1e-5 * std::abs(want);
+    if (!ok && bad++ == 0) first = "x = " + std::to_string(x.get(i)) + ": got " + std::to_string(got) + ", want " + std::to_string(want);
+  }
+  INFO(first);
+  CHECK(bad == 0);
+}

@@ -280,6 +280,41 @@ BP_AVX2 void norm_affine(const float* x, int64_t n, float mean_hi, float mean_lo
   for (; i < n; ++i) y[i] = ((x[i] - mean_hi) - mean_lo) * (rstd * w[i]) + b[i];
 }
 
+namespace {
+
+template <class V, class VI> BP_AVX2 [[gnu::always_inline]] inline V gelu_erf_lanes(V x) {
+  const V z = x * 0.70710678118654752f;
+  V a = z < 0.0f ? -z : z;
+  a = a > 10.0f ? V{} + 10.0f : a;  // erfc(10) exp(100) is the fit's end; exp(-100) is 0 anyway
+  const V t = 1.0f / (1.0f + 0.5f * a);
+  V p = V{} + 2.916046695e-02f;
+  p = p * t - 2.176054354e-01f;
+  p = p * t + 6.589779610e-01f;
+  p = p * t - 9.913491888e-01f;
+  p = p * t + 7.052551089e-01f;
+  p = p * t - 2.638104385e-01f;
+  p = p * t + 2.897853513e-01f;
+  p = p * t + 2.222766601e-01f;
+  p = p * t + 2.854722189e-01f;
+  p = p * t + 2.818281129e-01f;
+  p = p * t + 9.178994844e-06f;
+  const V e = exp_lanes<V, VI>(-(a * a)) * p;  // erfc(a)
+  return 0.5f * x * (x < 0.0f ? e : 2.0f - e);
+}
+
+}  // namespace
+
+BP_AVX2 void gelu_erf(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store(y + i, gelu_erf_lanes<v8f, v8i>(load<v8f>(x + i)));
+  if (i < n) {
+    float a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8];
+    std::memcpy(a, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    store(b, gelu_erf_lanes<v8f, v8i>(load<v8f>(a)));
+    std::memcpy(y + i, b, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+
 void fence() { __builtin_ia32_sfence(); }
 
 #undef BP_AVX2
@@ -294,6 +329,7 @@ double exp_sum(const float*, float, float*, int64_t) { return 0; }
 void scale(float*, float, int64_t) {}
 void scale_to(float*, const float*, float, int64_t, bool) {}
 void norm_affine(const float*, int64_t, float, float, float, const float*, const float*, float*) {}
+void gelu_erf(const float*, float*, int64_t) {}
 void fence() {}
 int64_t find_contender(const float*, int64_t, int64_t n, float, bool) { return n; }
 

@@ -33,6 +33,12 @@ void scale_to(float* y, const float* e, float s, int64_t n, bool stream);
 // exact where x is near the mean, so rows far from zero keep their spread.
 void norm_affine(const float* x, int64_t n, float mean_hi, float mean_lo, float rstd, const float* w, const float* b,
                  float* y);
+// y[i] = gelu(x[i]) = 0.5 x erfc(-x / sqrt 2) (the erf form), within ~2e-6
+// relative where |y| > 1e-6 (an absolute 1e-7 below). erfc(a) for a = |x /
+// sqrt 2| is exp(-a^2) P(t), t = 1 / (1 + a / 2), P a degree-10 polynomial
+// fitted to erfc(a) exp(a^2) over a in [0, 10] (relative 2.4e-8; rounding
+// in f32 brings it to ~2e-7); erfc(-a) = 2 - erfc(a). NaN propagates.
+void gelu_erf(const float* x, float* y, int64_t n);
 // Orders this thread's non-temporal stores before what it does next; unlike
 // the functions above, callable whatever ISA was picked (a no-op off x86-64).
 void fence();
