@@ -549,7 +549,7 @@ TEST_CASE("isolation: a garbage error pointer and a crashing library constructor
   check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
 }
 TEST_CASE("isolation: a profiled plan on an isolated vulkan0 shows each kernel's device time", "[remote][isolation][profile]") {
-  // Where the local vulkan0 times its calls (ABI 1.3), the isolated one must
+  // Where the local vulkan0 times its calls (BP_RUN_TIMED), the isolated one must
   // too: the server times the batch and returns the times with its reply.
   auto local = runtime();
   Device* lv = nullptr;

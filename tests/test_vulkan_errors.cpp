@@ -1,6 +1,6 @@
 // Data errors found on the device at synchronize() (an index out of range,
 // integer division by zero, a cast of NaN to an integer) name the node on
-// vulkan0 as they do on the CPU: the Vulkan plugin's error_call_index (ABI 1.2)
+// vulkan0 as they do on the CPU: the Vulkan plugin's error_call_index
 // says which kernel call failed and the host names its node.
 #include <backplane/backplane.hpp>
 #include <catch2/catch.hpp>

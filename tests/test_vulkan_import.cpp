@@ -1,4 +1,4 @@
-// Host memory used in place by the Vulkan plugin (ABI 1.1 buffer_import_host,
+// Host memory used in place by the Vulkan plugin (buffer_import_host,
 // VK_EXT_external_memory_host): through the C ABI (a kernel reads what the
 // host wrote and writes into host memory; buffer_free releases the wrapper
 // only; pointers the device cannot import refused with the reason), and

@@ -1,5 +1,5 @@
 // The Vulkan plugin through its C ABI, without the core: the kernel call a
-// data error found at synchronize() belongs to (ABI 1.2 error_call_index),
+// data error found at synchronize() belongs to (error_call_index),
 // and the on-disk pipeline cache (written atomically; a corrupt, truncated or
 // foreign file ignored with a log line; BACKPLANE_CACHE_DIR=off disables it).
 #include <backplane/abi.h>

@@ -1,4 +1,4 @@
-// ABI 1.4 begin_prepare on vulkan0: a preparing run compiles the pipelines
+// A BP_RUN_PREPARE run on vulkan0: a preparing run compiles the pipelines
 // of its kernel calls and runs nothing, so the run after it creates none;
 // through the core, a compiled plan (CompileOptions::prepare, the default)
 // and one compiled without preparing give the same, right values.

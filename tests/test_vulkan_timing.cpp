@@ -1,4 +1,4 @@
-// Per-call device timing on vulkan0 (ABI 1.3 begin_timed/call_device_times,
+// Per-call device timing on vulkan0 (BP_RUN_TIMED runs,
 // timestamp queries): a profiled plan gives every kernel row its time on the
 // device, a node with far more work measures longer than a tiny one, the
 // unprofiled path is unchanged, and the ABI refuses a wrong call count.

@@ -128,14 +128,14 @@ struct Plan::Impl {
   std::vector<std::string> notes;
   bool profile = false;
   std::vector<double> step_seconds;
-  // Per step, the device's own time for a kernel call (ABI 1.3
-  // call_device_times); negative when the device did not measure it.
+  // Per step, the device's own time for a kernel call (a BP_RUN_TIMED run's
+  // synchronize); negative when the device did not measure it.
   std::vector<double> step_device_seconds;
   Plan::CompileStats stats;
   std::vector<std::string> kept;  // CompileOptions::keep
   std::vector<char> input_set;    // parallel to inputs
   // Per device: the steps whose kernels were called since its last begin(),
-  // in call order (ABI 1.2 error_call_index names one of them). Reused by
+  // in call order (error_call_index names one of them). Reused by
   // every run, so execute() allocates nothing once warm.
   std::vector<std::vector<int>> calls;
   std::vector<double> sync_seconds;  // per device (profile)

@@ -432,7 +432,7 @@ struct CompileOptions {
   // bytes, after the devices it waits for are synchronized.
   bool profile = false;
   // Let each device that can make ready, while the plan compiles, what the
-  // plan's kernel calls will need (ABI 1.4 begin_prepare: the Vulkan plugin
+  // plan's kernel calls will need (a BP_RUN_PREPARE run: the Vulkan plugin
   // compiles their pipelines), so the first run costs what later runs cost.
   // Off: the first run pays for it instead.
   bool prepare = true;
@@ -614,7 +614,7 @@ class Plan {
     std::string node;  // the graph node ("" for transfers and synchronize rows)
     std::string op;
     // A kernel's own time on the device, measured by the device (Vulkan
-    // timestamp queries; ABI 1.3 call_device_times); negative where the
+    // timestamp queries in BP_RUN_TIMED runs); negative where the
     // device does not measure it. `seconds` is then the host's time to
     // enqueue the call, and the device time shows here.
     double device_seconds = -1;
