@@ -7,7 +7,7 @@
 
 namespace backplane::cpu::packed {
 
-bool g_enabled = true;
+std::atomic<bool> g_enabled{true};
 
 namespace {
 

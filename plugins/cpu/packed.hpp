@@ -8,6 +8,7 @@
 
 #include "kernels.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,13 +17,13 @@ namespace backplane::cpu::packed {
 
 // Whether kernels keep packed forms at all (BACKPLANE_CPU_PACK=0 at
 // initialize turns it off, to compare; on by default).
-extern bool g_enabled;
+extern std::atomic<bool> g_enabled;
 
 // Whether input i of the call keeps its bytes until its buffer is freed
 // (and packing is on).
 inline bool constant(const Call& c, size_t i) {
   const bp_kernel_context* k = c.ctx;
-  return g_enabled && k && k->struct_size >= offsetof(bp_kernel_context, input_flags) + sizeof(k->input_flags) && k->input_flags &&
+  return g_enabled.load(std::memory_order_relaxed) && k && k->struct_size >= offsetof(bp_kernel_context, input_flags) + sizeof(k->input_flags) && k->input_flags &&
          i < c.n_in && (k->input_flags[i] & BP_INPUT_CONSTANT) && c.in[i].buffer_handle != 0;
 }
 

@@ -112,7 +112,7 @@ bp_error* initialize(const bp_plugin_api*, const bp_host_api* host, void** out_p
     *out_plugin = &g_device;
     g_host = host;
     const char* pack = std::getenv("BACKPLANE_CPU_PACK");
-    packed::g_enabled = !(pack && std::string_view(pack) == "0");
+    packed::g_enabled.store(!(pack && std::string_view(pack) == "0"), std::memory_order_relaxed);
     const IsaChoice choice = detect_isa();
     g_isa = choice.isa;
     char engines[64];
