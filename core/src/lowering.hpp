@@ -8,7 +8,7 @@
 //            the list that can run it; then a cheap node moves to a later
 //            candidate when that moves strictly fewer bytes across devices.
 //
-// plan.cpp then inserts transfers and contiguous copies, assigns buffers per
+// plan_build.cpp then inserts transfers and contiguous copies, assigns buffers per
 // device and builds what the executor needs.
 #pragma once
 

@@ -1,0 +1,219 @@
+// The plan's internals, shared by the files that build it (plan_build.cpp),
+// run it (plan_run.cpp) and report on it (plan_report.cpp): its devices,
+// buffers (vbufs and cells) and steps, and Plan::Impl.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <shared_mutex>
+#include "lowering.hpp"
+#include "runtime_impl.hpp"
+#include "tensor_impl.hpp"
+
+namespace backplane {
+
+using detail::LNode;
+using detail::Lowered;
+using detail::LValue;
+using detail::SlotSpec;
+
+
+namespace detail::plan {
+
+struct PlanDevice {
+  Device* device = nullptr;
+  Plugin* plugin = nullptr;
+  bp_device* handle = nullptr;
+  uint64_t align = 16;
+  bool host_addressable = false;  // buffers have host_ptr (HOST or MAPPED memory)
+  bp_kernel_context ctx{};
+};
+
+// The plan's lock: held by one call at a time, and by an asynchronous run
+// (Plan::submit) from the submitting call until the run ends, so it can be
+// released by another thread than the one that took it.
+class Gate {
+ public:
+  void lock() {
+    std::unique_lock<std::mutex> lk(m_);
+    cv_.wait(lk, [&] { return !held_; });
+    held_ = true;
+  }
+  void unlock() {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      held_ = false;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool held_ = false;
+};
+
+// A value of the plan is a lowered value whose `root` indexes the plan's
+// vbufs (vbuf i is lowered root i; transfers and copies add more).
+using Value = detail::LValue;
+
+struct VBuf {
+  uint64_t size = 0;
+  int dev = 0;
+  int def_step = -1;  // -1: graph input/constant (live from the start)
+  int last_use = -1;
+  bool pinned = false;  // graph inputs, constants, outputs, zero-copy aliases: never shared
+  bool constant = false;  // a graph constant: written once when the plan is built
+  int cell = -1;
+  int alias_of = -1;          // zero-copy transfer: the vbuf whose memory this one imports
+  uint64_t alias_offset = 0;  // bytes from that vbuf's start
+};
+
+struct Step {
+  bool transfer = false;
+  int dev = 0;  // the device that runs it (a transfer: the destination)
+  std::string what;
+  // Kernel steps.
+  int kernel = -1;
+  bp_kernel_fn fn = nullptr;
+  std::vector<int> inputs;  // value ids, -1 = absent optional
+  std::vector<Layout> in_layouts;
+  int output = -1;
+  Layout out_layout;
+  bp_op_params params{};
+  std::string custom_json;
+  std::vector<bp_storage> in_st;
+  std::vector<uint32_t> in_flags;  // BP_INPUT_* per input (kernel context)
+  bp_storage out_st{};
+  std::vector<bp_layout> layouts;
+  std::vector<bp_bundle_slot> slots;
+  // Transfer steps: bytes [src_offset, +bytes) of the source value's cell to
+  // [dst_offset, ...) of the destination's.
+  int src_dev = 0;
+  int src_value = -1;
+  uint64_t src_offset = 0, dst_offset = 0, bytes = 0;
+  bool zero_copy = false;
+  bool import_refused = false;  // planned zero-copy; the destination refused at allocation
+  // Kernel steps: the graph node and op (profile).
+  std::string node, op;
+};
+
+}  // namespace detail::plan
+
+using detail::plan::Gate;
+using detail::plan::PlanDevice;
+using detail::plan::Step;
+using detail::plan::Value;
+using detail::plan::VBuf;
+
+struct Plan::Impl {
+  // First member, so it is released last: the plugins that own the cells'
+  // buffers stay loaded until the cells are freed.
+  std::shared_ptr<Runtime::Impl> runtime;
+  std::vector<PlanDevice> devs;
+  bool poison = false;
+  std::vector<Value> values;
+  std::map<std::string, int> by_name;
+  std::vector<VBuf> vbufs;
+  std::vector<std::shared_ptr<Cell>> cells;
+  std::vector<Step> steps;
+  std::vector<std::pair<std::string, int>> inputs;  // non-constant graph inputs
+  std::vector<std::string> outputs;
+  std::vector<std::pair<Cell*, bool>> lock_order;  // (cell, write)
+  std::vector<Plan::Placement> placement;
+  std::vector<std::string> notes;
+  bool profile = false;
+  std::vector<double> step_seconds;
+  // Per step, the device's own time for a kernel call (a BP_RUN_TIMED run's
+  // synchronize); negative when the device did not measure it.
+  std::vector<double> step_device_seconds;
+  Plan::CompileStats stats;
+  std::vector<std::string> kept;  // CompileOptions::keep
+  std::vector<char> input_set;    // parallel to inputs
+  // Per device: the steps whose kernels were called since its last begin(),
+  // in call order (error_call_index names one of them). Reused by
+  // every run, so execute() allocates nothing once warm.
+  std::vector<std::vector<int>> calls;
+  std::vector<double> sync_seconds;  // per device (profile)
+  mutable Gate mu;                   // one call at a time; run() and submitted runs hold it throughout
+  // Device tensors bound in place of the plan's own buffers: cells[c] is
+  // own[c] or a Tensor's cell, whose elements start base[c] bytes in.
+  std::vector<std::shared_ptr<Cell>> own;
+  std::vector<uint64_t> base;
+  std::vector<char> aliased;             // per vbuf: another device imports its memory in place
+  std::vector<std::string> input_note;   // parallel to inputs: how the value was last set
+  std::map<std::string, std::string> output_note;  // bound outputs
+
+  void set_input(const std::string& name, const HostTensor& t);
+  void set_input(const std::string& name, const void* data, uint64_t bytes);
+  void set_input(const std::string& name, const Tensor& t);
+  void execute();
+  void prepare();
+  HostTensor output(const std::string& name) const;
+  const Value& readable(const std::string& name) const;
+  int input_index(const std::string& name) const;
+  // The graph output `name` (bind_output's error when it is none).
+  const Value& output_value(const std::string& name) const;
+  void bind_cell(int cell, std::shared_ptr<Cell> c, uint64_t at);
+  void refresh();
+  // Per cell slot: the kernel storages that name it (step, input index; -1
+  // for the output) and how the run uses it (1 read, 2 written), so binding
+  // one Tensor re-fills only its storages (refresh() at compile fills all).
+  std::vector<std::vector<std::pair<int, int>>> cell_users;
+  std::vector<int> cell_mode;
+  void refill(int cell);
+  void order_locks();
+  void fill_output(Step& st) const;
+  // Why the kernels cannot use Tensor `t` in place of cell slot `c` holding
+  // value `v` (an input, or an output when `output`); "" when they can.
+  std::string in_place_obstacle(const Value& v, int c, const Tensor& t, bool output) const;
+
+  ~Impl() {
+    // Zero-copy aliases before the memory they import.
+    for (size_t i = cells.size(); i-- > 0;) {
+      cells[i].reset();
+      if (i < own.size()) own[i].reset();
+    }
+  }
+
+  const Value& value(const std::string& name) const {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw Error("plan has no value named '" + name + "'");
+    return values[it->second];
+  }
+  Cell& cell_of(const Value& v) const { return *cells[vbufs[v.root].cell]; }
+  // Where a value's bytes start in its cell (a bound Tensor may start later).
+  uint64_t offset_of(const Value& v) const { return base[vbufs[v.root].cell] + v.byte_offset; }
+
+  void fill_storage(bp_storage& st, const Value& v) const {
+    const Cell& c = cell_of(v);
+    const uint64_t off = offset_of(v);
+    st = bp_storage{};
+    st.struct_size = sizeof(bp_storage);
+    st.data = c.host_ptr ? static_cast<char*>(c.host_ptr) + off : nullptr;
+    st.buffer_handle = c.handle;
+    st.byte_offset = off;
+    st.byte_size = c.size - off;
+    st.dtype = v.dtype;
+  }
+
+};
+
+// "123 bytes" or "12345678 bytes (11.8 MiB)".
+
+inline std::string bytes_str(uint64_t b) {
+  char buf[64];
+  if (b >= (uint64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%llu bytes (%.1f MiB)", static_cast<unsigned long long>(b),
+                  b / 1048576.0);
+  else
+    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+}  // namespace backplane
