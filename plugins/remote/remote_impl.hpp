@@ -1,0 +1,237 @@
+// The `remote` plugin: devices that live in another process, on this machine
+// or another, reached over gRPC (remote/backplane_remote.proto). An ordinary
+// plugin to the host: same ABI, same manifest rules, built with the SDK.
+//
+// Instances (ABI 1.2 bp_plugin_query.instance):
+//  - the default instance (empty text): the servers named in
+//    BACKPLANE_REMOTE, their devices named DEVICE@SERVER, the kernel table
+//    filled in initialize() ("dynamic_kernels") as the union of theirs;
+//  - an isolation instance (JSON text from the host): a private
+//    `backplane serve --unix` child running one plugin, presented under that
+//    plugin's own name, version, devices and kernel table. A child that dies
+//    makes the calls in flight errors naming the plugin and the signal; the
+//    next allocation starts a fresh child.
+//
+// Kernels only enqueue: a device's calls go to the server in one batch at
+// synchronize(), with the writes queued before them; a batch identical to
+// one sent before (a plan run again) is replayed by id, so per run only the
+// inputs and outputs travel.
+//
+// Files: remote_impl.hpp (the types: servers, devices, runs, instances),
+// child.cpp (the child process of an isolated plugin), session.cpp
+// (connecting, the session's exchanges, an instance's tables and life),
+// api.cpp (the ABI entries and the entry symbol).
+#pragma once
+
+#include "backplane_remote.grpc.pb.h"
+#include "codec.hpp"
+#include <backplane/sdk/api.hpp>
+#include <backplane/sdk/plugin.hpp>
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <sys/mman.h>
+#include <csignal>
+#include <cstdlib>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <algorithm>
+#include <poll.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
+
+namespace bp_remote {
+
+using namespace backplane;
+using namespace backplane::remote;
+using sdk::make_error;
+
+inline constexpr const char* kPluginName = "remote";
+inline constexpr const char* kPluginVersion = "0.1.0";
+
+// An error that knows which kernel call of its run failed
+// (error_call_index), and the ABI's error functions that read and free it.
+bp_error* call_error(bp_status_code code, const std::string& msg, int64_t call_index);
+void remote_error_destroy(void* plugin, bp_error* e);
+int64_t remote_error_call_index(void*, const bp_error* e);
+// A file of at most 1 MiB (tokens, certificates), or an error naming `what`.
+std::string read_small_file(const std::string& path, const char* what);
+std::string trim(std::string s);
+
+// ---- one server session ------------------------------------------------------------------------
+
+struct Child {
+  pid_t pid = -1;
+  std::string dir, socket, token, log;
+  // Which call of the batch the child is running (it writes, we read when
+  // it dies): an 8-byte file both map.
+  std::atomic<int64_t>* progress = nullptr;
+  // Memory shared with the child (a memfd it inherits): bulk writes and
+  // reads are staged here instead of travelling through the socket.
+  char* shm = nullptr;
+  uint64_t shm_size = 0;
+};
+
+// The memory shared with an isolated child: a staging area for pieces of up
+// to kMaxChunkBytes, then an arena for buffers the child's plugin imports
+// (its devices are then BP_MEMORY_MAPPED: the host reads and writes them in
+// place). The arena is virtual: pages exist once touched, and a freed
+// buffer's pages are given back (MADV_REMOVE).
+constexpr uint64_t kShmBytes = 2 * kMaxChunkBytes;
+constexpr uint64_t kArenaBytes = uint64_t{64} << 30;
+constexpr uint64_t kRetainBytes = uint64_t{1} << 30;
+// Below this a write or read goes inline in the message: cheaper than a
+// round of staging.
+constexpr uint64_t kShmThreshold = 16 * 1024;
+
+class Instance;
+
+struct Server {
+  std::string address;  // "127.0.0.1:7601", "unix:/path"
+  std::string label;    // what device names carry after '@'
+  std::string token, ca_pem;
+  Child child;  // isolation only
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<Remote::Stub> stub;
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientReaderWriter<Request, Response>> stream;
+  HelloReply hello;
+  uint64_t generation = 0;  // bumped at each (re)connect: handles carry it
+  bool broken = true;
+  std::string broken_reason;
+  int64_t lost_call = -1;  // the call running when an isolated child died
+  std::mutex mu;  // one exchange at a time; guards everything below
+  std::vector<Write> pending_writes;
+  size_t pending_bytes = 0;
+  int outstanding = 0;  // posted requests whose replies are not read yet
+  bool use_shm = false;  // the server mapped child.shm
+  uint64_t shm_used = 0;  // staged bytes of the pending batch
+  // Buffers in the arena, by handle: the mapping they live in (a dead
+  // child's stays mapped while the host holds its buffers), offset, size.
+  struct ShmBuffer {
+    char* base;
+    uint64_t offset, size;
+  };
+  std::unordered_map<uint64_t, ShmBuffer> shm_buffers;
+  std::map<uint64_t, uint64_t> arena_free;  // offset -> bytes, of the current mapping
+  uint64_t retained = 0;  // freed arena bytes whose pages were kept (about)
+  std::vector<std::pair<char*, uint64_t>> retired;  // mappings of dead children
+  // First fit, aligned; UINT64_MAX when the arena is full.
+  uint64_t arena_take(uint64_t size, uint64_t align) {
+    size = (size + 63) & ~uint64_t{63};
+    for (auto it = arena_free.begin(); it != arena_free.end(); ++it) {
+      const uint64_t start = (it->first + align - 1) / align * align;
+      if (start + size > it->first + it->second) continue;
+      const uint64_t off = it->first, len = it->second;
+      arena_free.erase(it);
+      retained -= std::min(retained, size);
+      if (start > off) arena_free[off] = start - off;
+      if (start + size < off + len) arena_free[start + size] = off + len - start - size;
+      return start;
+    }
+    return UINT64_MAX;
+  }
+  void arena_give(uint64_t off, uint64_t size) {
+    size = (size + 63) & ~uint64_t{63};
+    auto next = arena_free.lower_bound(off);
+    if (next != arena_free.end() && off + size == next->first) {
+      size += next->second;
+      next = arena_free.erase(next);
+    }
+    if (next != arena_free.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == off) {
+        prev->second += size;
+        return;
+      }
+    }
+    arena_free[off] = size;
+  }
+  std::map<std::string, uint64_t> sequences;  // recorded batch text -> id
+  uint64_t next_sequence = 1;
+  Instance* owner = nullptr;
+};
+
+struct RemoteDevice {
+  Server* server = nullptr;
+  uint32_t index = 0;  // on the server
+  std::string name, kind, description;
+  uint64_t alignment = 16, max_buffer = 0;
+  bool shm_buffers = false;  // buffers live in the memory shared with the child
+  std::vector<uint32_t> kernel_map;  // our table index -> the server plugin's kernel, or UINT32_MAX
+};
+
+// A run (bp_run*): the calls made since begin(), sent as one batch at
+// synchronize(). Runs on one device may be open on several threads at once.
+struct Run {
+  RemoteDevice* device = nullptr;
+  std::vector<Call> calls;
+  bool timed = false;  // BP_RUN_TIMED: the server times the calls on its device
+};
+
+// Buffer handles: the session's generation in the top 16 bits, the server's
+// id below, so a buffer of a session that ended is recognised as lost.
+inline uint64_t make_handle(uint64_t generation, uint64_t id) { return (generation << 48) | id; }
+inline uint64_t handle_generation(uint64_t h) { return h >> 48; }
+inline uint64_t handle_id(uint64_t h) { return h & ((uint64_t{1} << 48) - 1); }
+
+class Instance {
+ public:
+  explicit Instance(std::string config) : config_(std::move(config)) {}
+
+  bp_plugin_api api{};
+  std::string name = kPluginName, version = kPluginVersion;
+
+  bp_error* initialize(const bp_host_api* host);
+  void shutdown();
+  bool initialized = false;  // set once initialize() was called
+  uint32_t device_count() const { return static_cast<uint32_t>(devices_.size()); }
+  bp_device* device(uint32_t i) const {
+    return i < devices_.size() ? reinterpret_cast<bp_device*>(devices_[i].get()) : nullptr;
+  }
+  const std::string& config() const { return config_; }
+
+  // Isolation: the plugin's name, as errors say it.
+  std::string who() const { return isolated_ ? "isolated plugin '" + name + "'" : "remote server"; }
+  bool isolated() const { return isolated_; }
+
+  void connect(Server& s);  // throws sdk::Error
+  void describe_loss(Server& s, const std::string& what);
+  Response exchange(Server& s, const Request& req);  // s.mu held; throws sdk::Error
+  void post(Server& s, const Request& req);          // sends without waiting for the reply
+  [[noreturn]] void lost(Server& s);
+
+ private:
+  void start_child(Server& s);
+  void stop_child(Server& s);
+  void build_tables();
+
+  std::string config_;
+  bool isolated_ = false;
+  std::string server_exe_, manifest_dir_;
+  int64_t deadline_ms_ = 0;
+  uint32_t threads_ = 0;
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::vector<std::unique_ptr<RemoteDevice>> devices_;
+  // The kernel table (filled in initialize).
+  std::deque<std::vector<bp_dtype>> keys_;
+  std::deque<std::vector<uint8_t>> caps_;
+  std::deque<std::string> ops_;
+  std::vector<bp_kernel_desc> descs_;
+};
+
+RemoteDevice* dev_of(bp_device* d);
+// A handle of the current session, or an error naming why not.
+uint64_t live_id(Server& s, uint64_t handle);
+// Sends what is queued plus `b`; returns the reply.
+Response flush(Server& s, Batch* extra = nullptr);
+
+}  // namespace bp_remote
