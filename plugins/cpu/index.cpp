@@ -5,6 +5,7 @@
 // from the end, anything else out of range is an error naming the op, the
 // index and the size.
 #include "kernels.hpp"
+#include "rowwalk.hpp"
 #include "rowops.hpp"
 
 #include <algorithm>
@@ -21,12 +22,6 @@ inline int64_t checked_index(const Call& c, int64_t idx, int64_t size, int dim) 
     sdk::fail(BP_ERR_OUT_OF_RANGE, std::string(c.op) + ": index " + std::to_string(idx) + " out of range for dim " +
                                        std::to_string(dim) + " of size " + std::to_string(size));
   return i;
-}
-
-int checked_dim(const Call& c, const bp_layout& l, int32_t dim) {
-  BP_SDK_CHECK(dim >= 0 && static_cast<uint32_t>(dim) < l.rank, BP_ERR_INVALID_ARGUMENT,
-             std::string(c.op) + ": dim " + std::to_string(dim) + " out of range for rank " + std::to_string(l.rank));
-  return dim;
 }
 
 template <bp_dtype D> struct GatherK {

@@ -32,6 +32,16 @@ void register_linalg(sdk::KernelTable& t);
 void register_pool(sdk::KernelTable& t);
 void register_index(sdk::KernelTable& t);
 void register_scan(sdk::KernelTable& t);
+// Rows registered in the middle of register_reduce's, so the table keeps its
+// order (the manifest lists it): softmax and log_softmax, then cumsum, then
+// layer_norm.
+namespace norm {
+void register_rows(sdk::KernelTable& t);
+void register_layer_norm(sdk::KernelTable& t);
+}  // namespace norm
+namespace scan {
+void register_cumsum(sdk::KernelTable& t);
+}  // namespace scan
 
 // ---------------------------------------------------------------------------
 // DTypes: storage type per dtype (bool is one byte, kept as uint8_t so a

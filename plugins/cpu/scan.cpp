@@ -1,7 +1,9 @@
-// selective_scan: Mamba's S6 recurrence (docs/ops.md). Every (batch, channel)
-// pair carries its own state h[N] through the L steps, so pairs are the unit
-// of parallel work; the state is f32 (f64 for f64 inputs).
+// Scans: cumsum along one dim, and selective_scan, Mamba's S6 recurrence
+// (docs/ops.md). In selective_scan every (batch, channel) pair carries its
+// own state h[N] through the L steps, so pairs are the unit of parallel
+// work; the state is f32 (f64 for f64 inputs).
 #include "kernels.hpp"
+#include "rowwalk.hpp"
 #include "vecmath.hpp"
 
 #include <algorithm>
@@ -77,6 +79,67 @@ template <bp_dtype D> struct SelectiveScanK {
   }
 };
 
+template <bp_dtype D> struct CumsumK {
+  static void impl(const Call& c) {
+    c.expect(1, BP_PARAMS_DIM);
+    using T = st_t<D>;
+    using A = sum_acc_t<D>;
+    const bp_layout& in = c.in_layout(0);
+    const bp_layout& ol = c.out_layout();
+    const bp_dim_params& p = c.params->u.dim;
+    const int dim = checked_dim(c, in, p.dim);
+    expect_numel(c, ol, sdk::numel(in));
+    if (sdk::numel(in) == 0) return;
+    const int64_t n = in.shape[dim], s = in.strides[dim], so = ol.strides[dim];
+    const T* x = c.in_data<T>(0);
+    T* y = c.out_data<T>();
+    const bool excl = p.exclusive, rev = p.reverse;
+    for_row_runs<2>(c, in, dim, {&in, &ol}, n, [&] {
+      return [&](const int64_t* roff, int64_t cnt, const int64_t* rs) {
+        if (rs[0] == 1 && rs[1] == 1 && s != 1 && cnt >= 8) {
+          // Side by side over adjacent rows (each step reads a contiguous stretch).
+          for (int64_t r0 = 0; r0 < cnt; r0 += kColumns) {
+            const int64_t R = std::min(kColumns, cnt - r0);
+            const T* x0 = x + roff[0] + r0;
+            T* y0 = y + roff[1] + r0;
+            A acc[kColumns] = {};
+            for (int64_t k = 0; k < n; ++k) {
+              const int64_t i = rev ? n - 1 - k : k;
+              for (int64_t r = 0; r < R; ++r) {
+                const A v = widen<D>(x0[i * s + r]);
+                if (excl) {
+                  y0[i * so + r] = narrow<D>(acc[r]);
+                  acc[r] += v;
+                } else {
+                  acc[r] += v;
+                  y0[i * so + r] = narrow<D>(acc[r]);
+                }
+              }
+            }
+          }
+          return;
+        }
+        for (int64_t rr = 0; rr < cnt; ++rr) {
+        const T* row = x + roff[0] + rr * rs[0];
+        T* out = y + roff[1] + rr * rs[1];
+        A acc = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t i = rev ? n - 1 - k : k;
+          const A v = widen<D>(row[i * s]);  // read before the write: in-place is fine
+          if (excl) {
+            out[i * so] = narrow<D>(acc);
+            acc += v;
+          } else {
+            acc += v;
+            out[i * so] = narrow<D>(acc);
+          }
+        }
+        }
+      };
+    });
+  }
+};
+
 }  // namespace
 
 void register_scan(sdk::KernelTable& t) {
@@ -84,5 +147,12 @@ void register_scan(sdk::KernelTable& t) {
   add_rows<SelectiveScanK, BP_CPU_FLOAT_DTYPES>(t, "selective_scan", key,
                                                 {kStrided, kStrided, kStrided, kStrided, kStrided}, 2);
 }
+
+namespace scan {
+void register_cumsum(sdk::KernelTable& t) {
+  const auto k11 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d}; };
+  add_rows<CumsumK, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "cumsum", k11, {kStrided});
+}
+}  // namespace scan
 
 }  // namespace backplane::cpu
