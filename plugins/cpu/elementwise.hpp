@@ -349,6 +349,10 @@ struct NoParams {
   static constexpr int cost = 1;
   explicit NoParams(const bp_op_params*) {}
   void finish(const Call&) const {}
+  // An op may also offer a vector path for dense f32 runs:
+  //   bool block_f32_applies() const;  // the ISA, its params
+  //   void block_f32(const float* x, float* y, int64_t n) const;
+  // UnaryK takes it where it applies, else the element functor.
 };
 // Transcendental ops: fewer elements per thread before splitting.
 struct Costly : NoParams {
@@ -365,6 +369,17 @@ template <class Op> struct UnaryK {
       c.expect(1, Op::kind);
       using T = st_t<D>;
       const Op op(c.params);
+      if constexpr (D == BP_DTYPE_F32 && requires(const float* x, float* y) { op.block_f32(x, y, int64_t{}); op.block_f32_applies(); }) {
+        const bp_layout& li = c.in_layout(0);
+        const bp_layout& lo = c.out_layout();
+        if (sdk::is_contiguous(li) && sdk::is_contiguous(lo) && op.block_f32_applies()) {
+          const float* x = c.in_data<float>(0);
+          float* y = c.out_data<float>();
+          pfor(c, sdk::numel(lo), kGrain / Op::cost, [&](int64_t b, int64_t e) { op.block_f32(x + b, y + b, e - b); });
+          op.finish(c);
+          return;
+        }
+      }
       map1<T, T>(c, [&](T v) { return st<T>(op(ld(v))); }, kGrain / Op::cost);
       op.finish(c);
     }

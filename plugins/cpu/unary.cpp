@@ -68,27 +68,10 @@ struct Gelu : Costly {
     // 0.5x(1 + erf(x/sqrt2)) == 0.5x * erfc(-x/sqrt2), accurate for x << 0.
     return C(0.5) * x * std::erfc(-x * C(0.7071067811865476));
   }
-};
-
-// gelu: f32 in the erf form over dense data takes rows::gelu_erf (AVX2,
-// ~30x the per-element libm erfcf it replaces); everything else the
-// elementwise path with libm.
-template <bp_dtype D> struct GeluK {
-  static void impl(const Call& c) {
-    if constexpr (D == BP_DTYPE_F32) {
-      c.expect(1, BP_PARAMS_GELU);
-      const bp_layout& li = c.in_layout(0);
-      const bp_layout& lo = c.out_layout();
-      if (!c.params->u.gelu.tanh_approximation && rows::enabled() && sdk::is_contiguous(li) && sdk::is_contiguous(lo)) {
-        const float* x = c.in_data<float>(0);
-        float* y = c.out_data<float>();
-        pfor(c, sdk::numel(lo), kGrain / Costly::cost,
-             [&](int64_t b, int64_t e) { rows::gelu_erf(x + b, y + b, e - b); });
-        return;
-      }
-    }
-    UnaryK<Gelu>::K<D>::impl(c);
-  }
+  // The erf form over dense f32 on AVX2: rows::gelu_erf (a fitted erfc,
+  // ~30x the libm erfcf per element above).
+  bool block_f32_applies() const { return !tanh_form && rows::enabled(); }
+  void block_f32(const float* x, float* y, int64_t n) const { rows::gelu_erf(x, y, n); }
 };
 
 struct Clamp : NoParams {
@@ -151,7 +134,7 @@ void register_unary(sdk::KernelTable& t) {
   add_rows<UnaryK<Sigmoid>::K, BP_CPU_FLOAT_DTYPES>(t, "sigmoid", k11, s1);
   add_rows<UnaryK<Silu>::K, BP_CPU_FLOAT_DTYPES>(t, "silu", k11, s1);
   add_rows<UnaryK<Softplus>::K, BP_CPU_FLOAT_DTYPES>(t, "softplus", k11, s1);
-  add_rows<GeluK, BP_CPU_FLOAT_DTYPES>(t, "gelu", k11, s1);
+  add_rows<UnaryK<Gelu>::K, BP_CPU_FLOAT_DTYPES>(t, "gelu", k11, s1);
   add_rows<UnaryK<Clamp>::K, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "clamp", k11, s1);
   add_rows<UnaryK<Affine>::K, BP_CPU_FLOAT_DTYPES>(t, "affine", k11, s1);
 }
