@@ -32,7 +32,9 @@ set_tests_properties(fuzz_corpus_replay PROPERTIES TIMEOUT 600
 # there is one), "vulkan0,cpu" and "partial0,cpu" with pinned nodes. A fixed
 # seed and count here; `diff_fuzz --seed N --count M` for longer runs.
 if(TARGET backplane_cpu)
-  add_executable(diff_fuzz diff_fuzz.cpp)
+  set(diff_fuzz_sources "${PROJECT_SOURCE_DIR}/fuzz/diff_fuzz.cpp" "${PROJECT_SOURCE_DIR}/fuzz/diff_fuzz_generator.cpp"
+      "${PROJECT_SOURCE_DIR}/fuzz/diff_fuzz_elementwise.cpp" "${PROJECT_SOURCE_DIR}/fuzz/diff_fuzz_structure.cpp")
+  add_executable(diff_fuzz ${diff_fuzz_sources})
   target_link_libraries(diff_fuzz PRIVATE Backplane::core backplane_warnings)
   add_dependencies(diff_fuzz backplane_cpu tp_partial)
   if(TARGET backplane_vulkan)
@@ -43,9 +45,9 @@ if(TARGET backplane_cpu)
     ENVIRONMENT "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 endif()
 
-# What diff_fuzz found, minimised (tests/diff_fuzz_cases/*.json): each graph
+# What diff_fuzz found, minimised (fuzz/diff_fuzz_cases/*.json): each graph
 # file on the CPU against the other devices, as above.
-file(GLOB diff_fuzz_case_files CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/diff_fuzz_cases/*.json")
+file(GLOB diff_fuzz_case_files CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/fuzz/diff_fuzz_cases/*.json")
 if(TARGET diff_fuzz AND diff_fuzz_case_files)
   set(diff_fuzz_case_args "")
   foreach(f IN LISTS diff_fuzz_case_files)

@@ -1,5 +1,5 @@
 // The `remote` plugin: devices that live in another process, on this machine
-// or another, reached over gRPC (remote/backplane_remote.proto). An ordinary
+// or another, reached over gRPC (remote/wire/backplane_remote.proto). An ordinary
 // plugin to the host: same ABI, same manifest rules, built with the SDK.
 //
 // Instances (ABI 1.2 bp_plugin_query.instance):
