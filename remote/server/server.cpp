@@ -1,5 +1,5 @@
 // `backplane serve`: one gRPC stream per client session. Every request is
-// decoded and checked (remote/validate.cpp) before it reaches a plugin;
+// decoded and checked (remote/server/validate.cpp) before it reaches a plugin;
 // buffers belong to the session that allocated them and are freed when its
 // stream ends. See docs/remote.md for the threat model.
 #include "server.hpp"
@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -91,6 +92,15 @@ class Service final : public Remote::Service {
   Response hello();
   Response allocate(State& st, const Allocate& a);
   Response batch(State& st, const Batch& b);
+  std::optional<Response> batch_writes(State& st, const Batch& b);
+  std::optional<Response> batch_calls(State& st, const Batch& b, std::vector<CheckedCall>& fresh,
+                                      const std::vector<CheckedCall>*& calls);
+  std::optional<Response> run_calls(State& st, const Batch& b, const std::vector<CheckedCall>& calls, BatchReply& reply);
+  std::optional<Response> batch_reads(State& st, const Batch& b, BatchReply& reply);
+  // "" when [offset, offset + size) lies in the session's buffer `id` (set in out).
+  static std::string range(State& st, uint64_t id, uint64_t offset, uint64_t size, const char* what, Buffer*& out);
+  // [offset, offset + size) of the memory shared with the client, or nullptr.
+  char* shared(uint64_t offset, uint64_t size) const;
   void release(State& st);
 
   std::vector<std::unique_ptr<ServedDevice>>& devices_;
@@ -323,28 +333,43 @@ Response Service::allocate(State& st, const Allocate& a) {
   return r;
 }
 
+// A batch runs in four phases, each its own function: writes, the calls
+// checked (or a recorded sequence looked up, or one recorded), the calls run
+// on each device's run, reads. The first failure is the reply.
 Response Service::batch(State& st, const Batch& b) {
   if (static_cast<size_t>(b.writes_size()) > kMaxWritesPerBatch || static_cast<size_t>(b.calls_size()) > kMaxCallsPerBatch ||
       static_cast<size_t>(b.reads_size()) > kMaxReadsPerBatch)
     return failure(BP_ERR_INVALID_ARGUMENT, "batch: too many writes, calls or reads");
-  auto range = [&](uint64_t id, uint64_t offset, uint64_t size, const char* what, Buffer*& out) -> std::string {
-    auto it = st.buffers.find(id);
-    if (it == st.buffers.end()) return std::string(what) + ": no such buffer";
-    uint64_t end = 0;
-    if (__builtin_add_overflow(offset, size, &end) || end > it->second.size)
-      return std::string(what) + ": bytes [" + std::to_string(offset) + ", +" + std::to_string(size) +
-             ") outside a buffer of " + std::to_string(it->second.size);
-    if (size > kMaxChunkBytes) return std::string(what) + ": more than 32 MiB in one piece";
-    out = &it->second;
-    return {};
-  };
-  // Writes.
-  // [offset, offset + size) of the shared memory, or nullptr.
-  auto shared = [&](uint64_t offset, uint64_t size) -> char* {
-    uint64_t end = 0;
-    if (!shm_ || __builtin_add_overflow(offset, size, &end) || end > shm_size_) return nullptr;
-    return shm_ + offset;
-  };
+  if (auto f = batch_writes(st, b)) return *f;
+  std::vector<CheckedCall> fresh;
+  const std::vector<CheckedCall>* calls = &fresh;
+  if (auto f = batch_calls(st, b, fresh, calls)) return *f;
+  Response r;
+  if (!calls->empty())
+    if (auto f = run_calls(st, b, *calls, *r.mutable_batch())) return *f;
+  if (auto f = batch_reads(st, b, *r.mutable_batch())) return *f;
+  return r;
+}
+
+std::string Service::range(State& st, uint64_t id, uint64_t offset, uint64_t size, const char* what, Buffer*& out) {
+  auto it = st.buffers.find(id);
+  if (it == st.buffers.end()) return std::string(what) + ": no such buffer";
+  uint64_t end = 0;
+  if (__builtin_add_overflow(offset, size, &end) || end > it->second.size)
+    return std::string(what) + ": bytes [" + std::to_string(offset) + ", +" + std::to_string(size) +
+           ") outside a buffer of " + std::to_string(it->second.size);
+  if (size > kMaxChunkBytes) return std::string(what) + ": more than 32 MiB in one piece";
+  out = &it->second;
+  return {};
+}
+
+char* Service::shared(uint64_t offset, uint64_t size) const {
+  uint64_t end = 0;
+  if (!shm_ || __builtin_add_overflow(offset, size, &end) || end > shm_size_) return nullptr;
+  return shm_ + offset;
+}
+
+std::optional<Response> Service::batch_writes(State& st, const Batch& b) {
   for (const auto& w : b.writes()) {
     const void* src = w.data().data();
     uint64_t size = w.data().size();
@@ -355,214 +380,213 @@ Response Service::batch(State& st, const Batch& b) {
       if (!src) return failure(BP_ERR_INVALID_ARGUMENT, "write: not inside the memory shared with this server");
     }
     Buffer* buf = nullptr;
-    if (auto e = range(w.buffer(), w.offset(), size, "write", buf); !e.empty())
+    if (auto e = range(st, w.buffer(), w.offset(), size, "write", buf); !e.empty())
       return failure(BP_ERR_INVALID_ARGUMENT, e);
     auto& d = *devices_[buf->device];
     if (bp_error* e = d.plugin->api()->buffer_write(d.plugin->ctx(), d.handle, buf->handle, w.offset(), src, size))
       return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "write on " + d.device->name() + ": " + take(*d.plugin, e));
   }
-  // Calls: checked (or a recorded sequence), then run.
-  std::vector<CheckedCall> fresh;
-  const std::vector<CheckedCall>* calls = &fresh;
+  return std::nullopt;
+}
+
+std::optional<Response> Service::batch_calls(State& st, const Batch& b, std::vector<CheckedCall>& fresh,
+                                             const std::vector<CheckedCall>*& calls) {
   if (b.replay()) {
     if (b.calls_size() || b.record()) return failure(BP_ERR_INVALID_ARGUMENT, "batch: a replay carries no calls");
     auto it = st.sequences.find(b.replay());
     if (it == st.sequences.end()) return failure(BP_ERR_INVALID_ARGUMENT, "batch: no recorded sequence " + std::to_string(b.replay()));
     calls = &it->second;
-  } else {
-    size_t checked_bytes = 0;
-    for (int i = 0; i < b.calls_size(); ++i) {
-      const Call& c = b.calls(i);
-      if (c.device() >= devices_.size()) return failure(BP_ERR_INVALID_ARGUMENT, "call: no device " + std::to_string(c.device()), i);
-      auto& d = *devices_[c.device()];
-      if (c.kernel() >= d.table.size() || !d.supported[c.kernel()])
-        return failure(BP_ERR_INVALID_ARGUMENT, "call: " + d.device->name() + " has no kernel #" + std::to_string(c.kernel()), i);
-      CallContext ctx;
-      ctx.kernel = &d.table[c.kernel()];
-      ctx.alignment = d.info.buffer_alignment;
-      const uint32_t dev = c.device();
-      ctx.buffer_size = [&st, dev](uint64_t id) -> std::optional<uint64_t> {
-        auto it = st.buffers.find(id);
-        if (it == st.buffers.end() || it->second.device != dev) return std::nullopt;
-        return it->second.size;
-      };
-      const auto* api = d.plugin->api();
-      if (api->infer_custom_op)
-        ctx.infer_custom = [api, &d](const std::string& op, const std::vector<bp_dtype>& dts, const std::vector<bp_layout>& ls,
-                                     const bp_op_params& p, bp_dtype& odt, bp_layout& ol) -> std::string {
-          if (bp_error* e = api->infer_custom_op(d.plugin->ctx(), bp_string{op.data(), op.size()}, dts.data(), ls.data(),
-                                                 ls.size(), &p, &odt, &ol))
-            return take(*d.plugin, e);
-          return {};
-        };
-      CheckedCall cc;
-      if (auto e = check_call(c, ctx, cc); !e.empty())
-        return failure(BP_ERR_INVALID_ARGUMENT, "call " + std::to_string(i) + " on " + d.device->name() + ": " + e, i);
-      fresh.push_back(std::move(cc));
-      checked_bytes += call_bytes(fresh.back());
-      if (checked_bytes > kMaxCheckedBytes)
-        return failure(BP_ERR_OUT_OF_MEMORY, "batch: its calls need more than 256 MiB of the server's memory", i);
-    }
-    if (b.record()) {
-      if (auto old = st.sequences.find(b.record()); old != st.sequences.end()) {
-        st.sequence_bytes -= std::min(st.sequence_bytes, calls_bytes(old->second));
-        st.sequences.erase(old);
-      }
-      if (st.sequences.size() >= 256 || st.sequence_bytes + checked_bytes > kMaxRecordedBytes)
-        return failure(BP_ERR_OUT_OF_MEMORY, "batch: too many recorded sequences");
-      st.sequence_bytes += checked_bytes;
-      auto& seq = st.sequences[b.record()];
-      seq.swap(fresh);
-      calls = &seq;
-    }
+    return std::nullopt;
   }
-  Response r;
-  auto* reply = r.mutable_batch();
-  if (!calls->empty()) {
-    std::set<uint32_t> used;
-    for (const auto& c : *calls) used.insert(c.device);
-    std::vector<std::unique_lock<std::mutex>> locks;
-    for (auto dev : used) locks.emplace_back(devices_[dev]->run);  // in index order: no deadlock
-    uint64_t watch_id = 0;
-    if (options_.deadline_ms > 0) {
-      std::lock_guard<std::mutex> lk(watch_.mu);
-      watch_id = watch_.next++;
-      watch_.running[watch_id] = {Clock::now(), std::to_string(calls->size()) + " kernel calls"};
-    }
-    struct Unwatch {
-      Watch& w;
-      uint64_t id;
-      ~Unwatch() {
-        if (!id) return;
-        std::lock_guard<std::mutex> lk(w.mu);
-        w.running.erase(id);
-      }
-    } unwatch{watch_, watch_id};
-    // Each device's run, begun in `used` order.
-    std::vector<std::pair<uint32_t, bp_run*>> begun;
-    std::map<uint32_t, bp_run*> run_of;
-    std::string error;
-    bp_status_code code = BP_OK;
-    int64_t failed_call = -1;
-    // A timed batch: each device that can times its calls (BP_RUN_TIMED).
-    auto timed = [&](const ServedDevice& d) {
-      return b.timed() && times_calls(d.plugin->api());
+  size_t checked_bytes = 0;
+  for (int i = 0; i < b.calls_size(); ++i) {
+    const Call& c = b.calls(i);
+    if (c.device() >= devices_.size()) return failure(BP_ERR_INVALID_ARGUMENT, "call: no device " + std::to_string(c.device()), i);
+    auto& d = *devices_[c.device()];
+    if (c.kernel() >= d.table.size() || !d.supported[c.kernel()])
+      return failure(BP_ERR_INVALID_ARGUMENT, "call: " + d.device->name() + " has no kernel #" + std::to_string(c.kernel()), i);
+    CallContext ctx;
+    ctx.kernel = &d.table[c.kernel()];
+    ctx.alignment = d.info.buffer_alignment;
+    const uint32_t dev = c.device();
+    ctx.buffer_size = [&st, dev](uint64_t id) -> std::optional<uint64_t> {
+      auto it = st.buffers.find(id);
+      if (it == st.buffers.end() || it->second.device != dev) return std::nullopt;
+      return it->second.size;
     };
-    for (auto dev : used) {
-      auto& d = *devices_[dev];
-      const auto* api = d.plugin->api();
-      bp_run* run = nullptr;
-      if (api->begin)
-        if (bp_error* e = api->begin(d.plugin->ctx(), d.handle, timed(d) ? uint32_t{BP_RUN_TIMED} : 0u, &run)) {
-          code = api->error_code(d.plugin->ctx(), e);
-          error = "begin on " + d.device->name() + ": " + take(*d.plugin, e);
-          break;
-        }
-      begun.push_back({dev, run});
-      run_of[dev] = run;
-    }
-    // Each device's calls counted from its begin(), to map error_call_index back.
-    std::map<uint32_t, std::vector<int64_t>> ordinal;
-    std::vector<bp_storage> in_st, out_st;
-    for (size_t i = 0; error.empty() && i < calls->size(); ++i) {
-      const CheckedCall& c = (*calls)[i];
-      auto& d = *devices_[c.device];
-      // This run's handles and pointers go into scratch copies of the storages.
-      in_st.assign(c.inputs.begin(), c.inputs.end());
-      out_st.assign(c.outputs.begin(), c.outputs.end());
-      bool missing = false;
-      auto bind = [&](bp_storage& s, uint64_t id) {
-        if (id == 0) return;
-        auto it = st.buffers.find(id);
-        if (it == st.buffers.end()) {
-          missing = true;
-          return;
-        }
-        s.buffer_handle = it->second.handle;
-        s.data = it->second.host_ptr ? static_cast<char*>(it->second.host_ptr) + s.byte_offset : nullptr;
+    const auto* api = d.plugin->api();
+    if (api->infer_custom_op)
+      ctx.infer_custom = [api, &d](const std::string& op, const std::vector<bp_dtype>& dts, const std::vector<bp_layout>& ls,
+                                   const bp_op_params& p, bp_dtype& odt, bp_layout& ol) -> std::string {
+        if (bp_error* e = api->infer_custom_op(d.plugin->ctx(), bp_string{op.data(), op.size()}, dts.data(), ls.data(),
+                                               ls.size(), &p, &odt, &ol))
+          return take(*d.plugin, e);
+        return {};
       };
-      for (size_t k = 0; k < in_st.size(); ++k) bind(in_st[k], c.input_buffers[k]);
-      bind(out_st[0], c.output_buffers[0]);
-      if (missing) {
-        code = BP_ERR_INVALID_ARGUMENT;
-        error = "call " + std::to_string(i) + ": a buffer it uses was freed";
-        failed_call = static_cast<int64_t>(i);
+    CheckedCall cc;
+    if (auto e = check_call(c, ctx, cc); !e.empty())
+      return failure(BP_ERR_INVALID_ARGUMENT, "call " + std::to_string(i) + " on " + d.device->name() + ": " + e, i);
+    fresh.push_back(std::move(cc));
+    checked_bytes += call_bytes(fresh.back());
+    if (checked_bytes > kMaxCheckedBytes)
+      return failure(BP_ERR_OUT_OF_MEMORY, "batch: its calls need more than 256 MiB of the server's memory", i);
+  }
+  if (!b.record()) return std::nullopt;
+  if (auto old = st.sequences.find(b.record()); old != st.sequences.end()) {
+    st.sequence_bytes -= std::min(st.sequence_bytes, calls_bytes(old->second));
+    st.sequences.erase(old);
+  }
+  if (st.sequences.size() >= 256 || st.sequence_bytes + checked_bytes > kMaxRecordedBytes)
+    return failure(BP_ERR_OUT_OF_MEMORY, "batch: too many recorded sequences");
+  st.sequence_bytes += checked_bytes;
+  auto& seq = st.sequences[b.record()];
+  seq.swap(fresh);
+  calls = &seq;
+  return std::nullopt;
+}
+
+std::optional<Response> Service::run_calls(State& st, const Batch& b, const std::vector<CheckedCall>& calls,
+                                           BatchReply& reply) {
+  std::set<uint32_t> used;
+  for (const auto& c : calls) used.insert(c.device);
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (auto dev : used) locks.emplace_back(devices_[dev]->run);  // in index order: no deadlock
+  uint64_t watch_id = 0;
+  if (options_.deadline_ms > 0) {
+    std::lock_guard<std::mutex> lk(watch_.mu);
+    watch_id = watch_.next++;
+    watch_.running[watch_id] = {Clock::now(), std::to_string(calls.size()) + " kernel calls"};
+  }
+  struct Unwatch {
+    Watch& w;
+    uint64_t id;
+    ~Unwatch() {
+      if (!id) return;
+      std::lock_guard<std::mutex> lk(w.mu);
+      w.running.erase(id);
+    }
+  } unwatch{watch_, watch_id};
+  // A timed batch: each device that can times its calls (BP_RUN_TIMED).
+  auto timed = [&](const ServedDevice& d) { return b.timed() && times_calls(d.plugin->api()); };
+  // Each device's run, begun in `used` order; its calls counted from begin(),
+  // to map error_call_index back to the batch.
+  struct DeviceRun {
+    bp_run* run = nullptr;
+    std::vector<int64_t> calls;
+    std::vector<uint64_t> ns;
+  };
+  std::map<uint32_t, DeviceRun> runs;
+  std::string error;
+  bp_status_code code = BP_OK;
+  int64_t failed_call = -1;
+  for (auto dev : used) {
+    auto& d = *devices_[dev];
+    const auto* api = d.plugin->api();
+    bp_run* run = nullptr;
+    if (api->begin)
+      if (bp_error* e = api->begin(d.plugin->ctx(), d.handle, timed(d) ? uint32_t{BP_RUN_TIMED} : 0u, &run)) {
+        code = api->error_code(d.plugin->ctx(), e);
+        error = "begin on " + d.device->name() + ": " + take(*d.plugin, e);
         break;
       }
-      ordinal[c.device].push_back(static_cast<int64_t>(i));
-      bp_kernel_context ctx{};
-      ctx.struct_size = sizeof ctx;
-      ctx.device = d.handle;
-      ctx.host = d.plugin->host();
-      ctx.kernel_index = c.kernel;
-      ctx.plugin = d.plugin->ctx();
-      ctx.run = run_of[c.device];
-      const auto& kd = d.plugin->api()->kernels[c.kernel];
-      if (progress_) progress_->store(static_cast<int64_t>(i));
-      if (bp_error* e = kd.fn(&ctx, in_st.data(), in_st.size(), out_st.data(), out_st.size(), c.layouts.data(),
-                              &c.params)) {
-        code = d.plugin->api()->error_code(d.plugin->ctx(), e);
-        error = take(*d.plugin, e);
-        failed_call = static_cast<int64_t>(i);
+    runs[dev].run = run;
+  }
+  std::vector<bp_storage> in_st, out_st;
+  for (size_t i = 0; error.empty() && i < calls.size(); ++i) {
+    const CheckedCall& c = calls[i];
+    auto& d = *devices_[c.device];
+    // This run's handles and pointers go into scratch copies of the storages.
+    in_st.assign(c.inputs.begin(), c.inputs.end());
+    out_st.assign(c.outputs.begin(), c.outputs.end());
+    bool missing = false;
+    auto bind = [&](bp_storage& s, uint64_t id) {
+      if (id == 0) return;
+      auto it = st.buffers.find(id);
+      if (it == st.buffers.end()) {
+        missing = true;
+        return;
       }
+      s.buffer_handle = it->second.handle;
+      s.data = it->second.host_ptr ? static_cast<char*>(it->second.host_ptr) + s.byte_offset : nullptr;
+    };
+    for (size_t k = 0; k < in_st.size(); ++k) bind(in_st[k], c.input_buffers[k]);
+    bind(out_st[0], c.output_buffers[0]);
+    if (missing) {
+      code = BP_ERR_INVALID_ARGUMENT;
+      error = "call " + std::to_string(i) + ": a buffer it uses was freed";
+      failed_call = static_cast<int64_t>(i);
+      break;
     }
-    // Each device's call times of a timed batch, read as its run ends.
-    std::map<uint32_t, std::vector<uint64_t>> times;
-    for (auto [dev, run] : begun) {
-      auto& d = *devices_[dev];
-      const auto* api = d.plugin->api();
-      if (!api->synchronize) continue;
-      const auto& ord = ordinal[dev];
-      std::vector<uint64_t>* ns = nullptr;
-      if (error.empty() && timed(d) && !ord.empty()) {
-        ns = &times[dev];
-        ns->assign(ord.size(), UINT64_MAX);
-      }
-      if (bp_error* e = api->synchronize(d.plugin->ctx(), d.handle, run, ns ? ns->data() : nullptr, ns ? ns->size() : 0)) {
-        times.erase(dev);
-        int64_t idx = -1;
-        const bp_status_code c = api->error_code(d.plugin->ctx(), e);
-        std::string msg = take(*d.plugin, e, &idx);
-        if (error.empty()) {
-          code = c;
-          error = msg;
-          const auto& ord = ordinal[dev];
-          failed_call = idx >= 0 && static_cast<size_t>(idx) < ord.size() ? ord[static_cast<size_t>(idx)] : -1;
-        }
-      }
+    DeviceRun& dr = runs[c.device];
+    dr.calls.push_back(static_cast<int64_t>(i));
+    bp_kernel_context ctx{};
+    ctx.struct_size = sizeof ctx;
+    ctx.device = d.handle;
+    ctx.host = d.plugin->host();
+    ctx.kernel_index = c.kernel;
+    ctx.plugin = d.plugin->ctx();
+    ctx.run = dr.run;
+    const auto& kd = d.plugin->api()->kernels[c.kernel];
+    if (progress_) progress_->store(static_cast<int64_t>(i));
+    if (bp_error* e = kd.fn(&ctx, in_st.data(), in_st.size(), out_st.data(), out_st.size(), c.layouts.data(), &c.params)) {
+      code = d.plugin->api()->error_code(d.plugin->ctx(), e);
+      error = take(*d.plugin, e);
+      failed_call = static_cast<int64_t>(i);
     }
-    if (progress_) progress_->store(-1);
-    if (!error.empty()) return failure(code == BP_OK ? BP_ERR_INTERNAL : code, error, failed_call);
-    if (b.timed()) {
-      reply->mutable_call_ns()->Resize(static_cast<int>(calls->size()), UINT64_MAX);
-      for (const auto& [dev, ns] : times) {
-        const auto& ord = ordinal[dev];
-        for (size_t j = 0; j < ord.size() && j < ns.size(); ++j) reply->set_call_ns(static_cast<int>(ord[j]), ns[j]);
+  }
+  // Every begun run ends, failed or not; a timed one gives its call times.
+  for (auto& [dev, dr] : runs) {
+    auto& d = *devices_[dev];
+    const auto* api = d.plugin->api();
+    if (!api->synchronize) continue;
+    const bool want_times = error.empty() && timed(d) && !dr.calls.empty();
+    if (want_times) dr.ns.assign(dr.calls.size(), UINT64_MAX);
+    if (bp_error* e = api->synchronize(d.plugin->ctx(), d.handle, dr.run, want_times ? dr.ns.data() : nullptr,
+                                       want_times ? dr.ns.size() : 0)) {
+      dr.ns.clear();
+      int64_t idx = -1;
+      const bp_status_code c = api->error_code(d.plugin->ctx(), e);
+      std::string msg = take(*d.plugin, e, &idx);
+      if (error.empty()) {
+        code = c;
+        error = msg;
+        failed_call = idx >= 0 && static_cast<size_t>(idx) < dr.calls.size() ? dr.calls[static_cast<size_t>(idx)] : -1;
       }
     }
   }
-  // Reads.
+  if (progress_) progress_->store(-1);
+  if (!error.empty()) return failure(code == BP_OK ? BP_ERR_INTERNAL : code, error, failed_call);
+  if (b.timed()) {
+    reply.mutable_call_ns()->Resize(static_cast<int>(calls.size()), UINT64_MAX);
+    for (const auto& [dev, dr] : runs)
+      for (size_t j = 0; j < dr.calls.size() && j < dr.ns.size(); ++j)
+        reply.set_call_ns(static_cast<int>(dr.calls[j]), dr.ns[j]);
+  }
+  return std::nullopt;
+}
+
+std::optional<Response> Service::batch_reads(State& st, const Batch& b, BatchReply& reply) {
   size_t total = 0;
   for (const auto& rd : b.reads()) {
     Buffer* buf = nullptr;
-    if (auto e = range(rd.buffer(), rd.offset(), rd.size(), "read", buf); !e.empty()) return failure(BP_ERR_INVALID_ARGUMENT, e);
-    if (rd.to_shm()) {
-      char* dst = shared(rd.shm_offset(), rd.size());
-      if (!dst) return failure(BP_ERR_INVALID_ARGUMENT, "read: not inside the memory shared with this server");
-      auto& d = *devices_[buf->device];
-      if (bp_error* e = d.plugin->api()->buffer_read(d.plugin->ctx(), d.handle, buf->handle, rd.offset(), dst, rd.size()))
-        return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "read on " + d.device->name() + ": " + take(*d.plugin, e));
-      continue;
-    }
-    total += rd.size();
-    if (total > kMaxMessageBytes - (1u << 20)) return failure(BP_ERR_INVALID_ARGUMENT, "read: more than one reply can carry");
+    if (auto e = range(st, rd.buffer(), rd.offset(), rd.size(), "read", buf); !e.empty())
+      return failure(BP_ERR_INVALID_ARGUMENT, e);
     auto& d = *devices_[buf->device];
-    std::string* data = reply->add_reads();
-    data->resize(rd.size());
-    if (bp_error* e = d.plugin->api()->buffer_read(d.plugin->ctx(), d.handle, buf->handle, rd.offset(), data->data(), rd.size()))
+    char* dst = nullptr;
+    if (rd.to_shm()) {
+      dst = shared(rd.shm_offset(), rd.size());
+      if (!dst) return failure(BP_ERR_INVALID_ARGUMENT, "read: not inside the memory shared with this server");
+    } else {
+      total += rd.size();
+      if (total > kMaxMessageBytes - (1u << 20)) return failure(BP_ERR_INVALID_ARGUMENT, "read: more than one reply can carry");
+      std::string* data = reply.add_reads();
+      data->resize(rd.size());
+      dst = data->data();
+    }
+    if (bp_error* e = d.plugin->api()->buffer_read(d.plugin->ctx(), d.handle, buf->handle, rd.offset(), dst, rd.size()))
       return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "read on " + d.device->name() + ": " + take(*d.plugin, e));
   }
-  return r;
+  return std::nullopt;
 }
 
 bool loopback_host(const std::string& hostport) {
