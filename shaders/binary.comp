@@ -6,7 +6,7 @@
 // stores on the fast path: rank-1 operands with stride 1 or 0).
 #define NREC 3  // a, b, output
 #include "common.glsl"
-#include "eltwise.glsl"
+#include "elementwise.glsl"
 #ifdef IN_DC
 #define BP_MATH_DOUBLE 1
 #endif

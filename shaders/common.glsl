@@ -10,10 +10,10 @@
 //   n     work items of the dispatch (elements, rows, ...)
 //   id    dispatch number inside the command buffer, reported with errors
 //   extra family-specific (row kernels: the mode; the elementwise fast path
-//         is chosen by a specialization constant instead, see eltwise.glsl)
+//         is chosen by a specialization constant instead, see elementwise.glsl)
 //   p[4]  family-specific (elementwise fast path: the records' offsets), so
 //         the hot path reads no argument block
-//   q[4]  family-specific (elementwise 2-D path: row strides, see eltwise.glsl)
+//   q[4]  family-specific (elementwise 2-D path: row strides, see elementwise.glsl)
 //   addr[8] operand k's window start (64-byte aligned), as two uint32 words
 // Layout records in the argument block are [offset, stride0..stride7] (9 words,
 // int32 elements). Dims were coalesced and permuted by the host.

@@ -5,7 +5,7 @@
 // infinity or out-of-range values raise ERR_CAST.
 #define NREC 2  // input, output
 #include "common.glsl"
-#include "eltwise.glsl"
+#include "elementwise.glsl"
 
 layout(local_size_x = WG) in;
 

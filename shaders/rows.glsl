@@ -10,7 +10,7 @@
 // reduce/argreduce 2/3 = the split passes; in reduce/norm (the _sg variants)
 // 4 = one subgroup per row (pc.p.x rows per workgroup, no barriers); in
 // reduce 5/6/7 = columns (below). A specialization constant, as MODE in
-// eltwise.glsl; lavapipe still compiles the dead modes' code, so mode 4
+// elementwise.glsl; lavapipe still compiles the dead modes' code, so mode 4
 // (_row, _row4) and the columns (_cols) are modules of their own (-D in
 // reduce.comp/norm.comp, the name picked in kernels_reduce.cpp).
 layout(constant_id = 1) const uint RMODE = 0u;

@@ -7,7 +7,7 @@
 // Params: clamp [has_min, has_max, min, max], affine [mul, add] (compute type).
 #define NREC 2  // x, output
 #include "common.glsl"
-#include "eltwise.glsl"
+#include "elementwise.glsl"
 #ifdef IN_DC
 #define BP_MATH_DOUBLE 1
 #endif

@@ -3,7 +3,7 @@
 // where(cond, a, b): cond is bool (one byte), a/b/output IN_DT.
 #define NREC 4  // cond, a, b, output
 #include "common.glsl"
-#include "eltwise.glsl"
+#include "elementwise.glsl"
 
 layout(local_size_x = WG) in;
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 namespace {
 
@@ -344,4 +344,4 @@ Device& Context::device(uint32_t i) {
   return *devices_[i];
 }
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 // Optional device features the shaders use.
 struct Features {
@@ -97,4 +97,4 @@ class Context {
   std::vector<std::unique_ptr<Device>> devices_;
 };
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

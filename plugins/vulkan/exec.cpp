@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 namespace {
 constexpr uint64_t kRingChunk = 1ull << 20;  // bytes of argument words per chunk
@@ -531,4 +531,4 @@ void Exec::synchronize(bp_run* run, uint64_t* out_ns, size_t n_calls) {
   if (s.timed) give_times(read_times(s));
 }
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

@@ -30,7 +30,7 @@
 #include <unordered_set>
 #include <vector>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 class Device;
 
@@ -151,4 +151,4 @@ class Exec {
   double timestamp_period_ = 1;  // ns per tick
 };
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

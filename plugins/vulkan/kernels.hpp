@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 struct Row;
 
@@ -116,7 +116,7 @@ Coalesced coalesce(uint32_t rank, const int64_t* shape, const std::vector<const 
 
 // Writes the elementwise argument header: rank, flags, shape, then one
 // record per operand (offset + strides).
-void eltwise_header(Args& a, const Coalesced& c, const std::vector<int64_t>& offsets, bool fast);
+void elementwise_header(Args& a, const Coalesced& c, const std::vector<int64_t>& offsets, bool fast);
 
 // Row kernels (shaders/rows.glsl): the input split into rows (outer dims)
 // of elements (inner dims, bit d of inner_mask set).
@@ -150,4 +150,4 @@ void dispatch_rows(Call& c, const std::string& shader_name, const std::vector<in
 std::array<int64_t, BP_MAX_RANK> dense_strides(uint32_t rank, const int64_t* shape);
 int64_t numel(const bp_layout& l);
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

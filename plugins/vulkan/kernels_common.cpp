@@ -5,7 +5,7 @@
 #include <cstring>
 #include <mutex>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 const char* Call::op() const { return row.op.c_str(); }
 
@@ -243,7 +243,7 @@ Coalesced coalesce(uint32_t rank, const int64_t* shape, const std::vector<const 
   return c;
 }
 
-void eltwise_header(Args& a, const Coalesced& c, const std::vector<int64_t>& offsets, bool fast) {
+void elementwise_header(Args& a, const Coalesced& c, const std::vector<int64_t>& offsets, bool fast) {
   a.i32(c.rank);
   a.i32(fast ? 1 : 0);
   for (int d = 0; d < BP_MAX_RANK; ++d) a.i32(d < c.rank ? c.shape[d] : 1);
@@ -330,4 +330,4 @@ void dispatch_rows(Call& c, const std::string& shader_name, const std::vector<in
   c.dev.exec.dispatch(c.stream, pl, bindings, a.w, static_cast<uint32_t>(p.outer_n), p.mode, p.groups, c.op(), p.pwords);
 }
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

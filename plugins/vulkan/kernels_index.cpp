@@ -3,7 +3,7 @@
 // these needs shaderInt64 unless the data itself is i64.
 #include "kernels.hpp"
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 namespace {
 
@@ -149,4 +149,4 @@ void register_index(Registry& r) {
   for (bp_dtype d : numeric) r.add("topk", {d, d}, {S}, topk_impl, 0, 2);
 }
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

@@ -3,7 +3,7 @@
 // max_pool2d / avg_pool2d (one invocation per output, strided input).
 #include "kernels.hpp"
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 namespace {
 
@@ -172,4 +172,4 @@ void register_linalg(Registry& r) {
   for (bp_dtype d : floats) r.add("avg_pool2d", {d, d}, {S}, pool2d_impl, 1);
 }
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

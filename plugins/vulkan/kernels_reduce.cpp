@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 namespace {
 
@@ -320,4 +320,4 @@ void register_reduce(Registry& r) {
   for (bp_dtype d : floats) r.add("var_mean", {d, d}, {S}, norm_impl, 3, 2);
 }
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

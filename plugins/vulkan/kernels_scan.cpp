@@ -2,7 +2,7 @@
 // (shaders/sscan.comp, the state carried per (batch, channel) invocation).
 #include "kernels.hpp"
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 namespace {
 
@@ -77,4 +77,4 @@ void register_scan(Registry& r) {
   for (bp_dtype d : floats) r.add("selective_scan", {d, d, d, d, d, d}, {C, C, C, C, C}, selective_scan_impl, 0, 2);
 }
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 namespace {
 
@@ -555,4 +555,4 @@ void Memory::read(uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
   }
 }
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

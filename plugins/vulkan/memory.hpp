@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 class Device;
 
@@ -103,4 +103,4 @@ class Memory {
   HostBuffer staging_;
 };
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <unistd.h>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 namespace {
 
@@ -466,4 +466,4 @@ void Pipelines::compile(Pipeline& p) {
   }
 }
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

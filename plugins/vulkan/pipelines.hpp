@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 class Device;
 
@@ -135,4 +135,4 @@ class Pipelines {
   bool stop_ = false;
 };
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

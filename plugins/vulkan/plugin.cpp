@@ -10,7 +10,7 @@
 
 namespace {
 
-using namespace bpvk;
+using namespace backplane::vulkan;
 
 // The plugin context is the Context: the Vulkan instance and its devices.
 // The plugin is loaded once per process, so there is one at a time.

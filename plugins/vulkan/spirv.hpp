@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 struct SpirvBlob {
   const char* name;  // "<family>_<variant>", e.g. "binary_f32"
@@ -18,4 +18,4 @@ const SpirvBlob* find_spirv(std::string_view name);
 // Identifies the embedded shaders of this build (names, sizes, sampled words).
 uint64_t spirv_fingerprint();
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

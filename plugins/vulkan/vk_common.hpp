@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 namespace sdk = backplane::sdk;
 using backplane::dtype_name;
@@ -33,4 +33,4 @@ inline void vk_check(VkResult r, const char* what) {
 const bp_host_api* host_api();
 void log(bp_log_level level, const std::string& message);
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan

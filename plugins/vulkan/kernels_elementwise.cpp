@@ -6,7 +6,7 @@
 #include <array>
 #include <cstdint>
 
-namespace bpvk {
+namespace backplane::vulkan {
 
 namespace {
 
@@ -22,8 +22,8 @@ struct In {
 // One elementwise dispatch. All inputs have the output's shape (the host
 // broadcasts with stride 0); the output may be strided (concat).
 // fast_mode: the shader has the fast path selected by specialization
-// constant 1 (MODE in shaders/eltwise.glsl); spec holds constant 0 at most.
-void eltwise_dispatch(Call& c, std::string shader_name, std::vector<int32_t> spec, bool fast_mode,
+// constant 1 (MODE in shaders/elementwise.glsl); spec holds constant 0 at most.
+void elementwise_dispatch(Call& c, std::string shader_name, std::vector<int32_t> spec, bool fast_mode,
                       const std::vector<In>& ins, const bp_storage& out, const bp_layout& ol, bp_dtype odt,
                       const Args& params, uint64_t out_extra_bytes = 0, bool two_d_mode = false,
                       bool fast_module = false) {
@@ -59,14 +59,14 @@ void eltwise_dispatch(Call& c, std::string shader_name, std::vector<int32_t> spe
   fast = fast && fast_mode && offsets.size() <= 4;
   Args a;
   a.w.reserve(10 + 9 * offsets.size() + params.w.size());
-  eltwise_header(a, co, offsets, fast);
+  elementwise_header(a, co, offsets, fast);
   a.w.insert(a.w.end(), params.w.begin(), params.w.end());
   // The fast path is a pipeline of its own (MODE: fast, which inputs are
   // broadcast scalars, whether there is a partial last 4-vector) and reads
   // its offsets from push constants, no argument block.
   std::array<int32_t, 4> pw{}, qw{};
   uint32_t extra = 0;
-  // The 2-D path (shaders/eltwise.glsl, binary ops): two dims, rows a
+  // The 2-D path (shaders/elementwise.glsl, binary ops): two dims, rows a
   // multiple of 4 long, the output dense along rows at 4-aligned starts.
   bool two_d = two_d_mode && fast_mode && !fast && co.rank == 2 && ins.size() == 2 && co.shape[1] % 4 == 0;
   if (two_d) {
@@ -130,7 +130,7 @@ void binary_impl(Call& c) {
   // pow (code 6) on floats is a module of its own (shaders/binary.comp: POW),
   // so the other ops' pipelines compile without it.
   const bool pw = family == "binary" && c.row.code == 6;
-  eltwise_dispatch(c, shader(family, d) + (pw ? "_pow" : ""), {c.row.code % 100}, true,
+  elementwise_dispatch(c, shader(family, d) + (pw ? "_pow" : ""), {c.row.code % 100}, true,
                    {{&c.in[0], &c.lin(0), d}, {&c.in[1], &c.lin(1), d}}, c.out[0], c.lout(), od, Args{}, 0, true, !pw);
 }
 
@@ -139,7 +139,7 @@ enum UnaryOp {
   kRelu, kSigmoid, kSilu, kSoftplus, kGelu, kGeluTanh, kClamp, kAffine
 };
 
-// Writes a value in the compute type of dtype d (see param_in in eltwise.glsl).
+// Writes a value in the compute type of dtype d (see param_in in elementwise.glsl).
 void param_value(Args& a, bp_dtype d, double f, int64_t i) {
   switch (d) {
     case BP_DTYPE_F64: a.f64(f); break;
@@ -194,12 +194,12 @@ void unary_impl(Call& c) {
   // which lavapipe compiles ~10x faster than one holding every op.
   const bool transcendental = (code >= 7 && code <= 12) || (code >= 17 && code <= 21);
   const std::string name = transcendental ? shader("unary", d) + "_op" + std::to_string(code) : shader("unary", d);
-  eltwise_dispatch(c, name, {code}, true, {{&c.in[0], &c.lin(0), d}}, c.out[0], c.lout(), d, p);
+  elementwise_dispatch(c, name, {code}, true, {{&c.in[0], &c.lin(0), d}}, c.out[0], c.lout(), d, p);
 }
 
 void where_impl(Call& c) {
   const bp_dtype d = c.row.dtypes[1];
-  eltwise_dispatch(c, shader("where", d), {}, false,
+  elementwise_dispatch(c, shader("where", d), {}, false,
                    {{&c.in[0], &c.lin(0), BP_DTYPE_BOOL}, {&c.in[1], &c.lin(1), d}, {&c.in[2], &c.lin(2), d}},
                    c.out[0], c.lout(), d, Args{});
 }
@@ -209,7 +209,7 @@ std::string copy_shader(bp_dtype from, bp_dtype to) { return from == to ? shader
 // contiguous and cast: one strided copy.
 void copy_impl(Call& c) {
   const bp_dtype from = c.row.dtypes[0], to = c.row.dtypes.back();
-  eltwise_dispatch(c, copy_shader(from, to), {}, true, {{&c.in[0], &c.lin(0), from}}, c.out[0], c.lout(), to, Args{});
+  elementwise_dispatch(c, copy_shader(from, to), {}, true, {{&c.in[0], &c.lin(0), from}}, c.out[0], c.lout(), to, Args{});
 }
 
 // concat: input k is copied into the slice of the output it occupies.
@@ -228,7 +228,7 @@ void concat_impl(Call& c) {
     view.offset = ol.offset + at * ol.strides[dim];
     at += il.shape[dim];
     BP_SDK_CHECK(at <= ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs longer than the output");
-    eltwise_dispatch(c, copy_shader(d, d), {}, true, {{&c.in[k], &il, d}}, c.out[0], view, d, Args{});
+    elementwise_dispatch(c, copy_shader(d, d), {}, true, {{&c.in[k], &il, d}}, c.out[0], view, d, Args{});
   }
   BP_SDK_CHECK(at == ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs do not fill the output");
 }
@@ -272,4 +272,4 @@ void register_eltwise(Registry& r) {
   for (bp_dtype d : all) r.add("concat", {d, d}, {S}, concat_impl, 0, 0, true);
 }
 
-}  // namespace bpvk
+}  // namespace backplane::vulkan
