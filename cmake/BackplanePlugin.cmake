@@ -34,6 +34,13 @@ function(backplane_add_plugin target)
     add_custom_command(TARGET ${target} POST_BUILD
       COMMAND ${CMAKE_COMMAND} -E copy_if_different "${ARG_MANIFEST}" "${out_dir}/${manifest_name}"
       COMMENT "Placing manifest ${manifest_name} beside ${target}")
+    # A bring-up list of expected conformance failures travels with it
+    # (copied at configure time, and again whenever it changes).
+    get_filename_component(manifest_dir "${ARG_MANIFEST}" DIRECTORY)
+    get_filename_component(manifest_stem "${ARG_MANIFEST}" NAME_WE)
+    if(EXISTS "${manifest_dir}/${manifest_stem}.xfail")
+      configure_file("${manifest_dir}/${manifest_stem}.xfail" "${out_dir}/${manifest_stem}.xfail" COPYONLY)
+    endif()
     set_property(TARGET ${target} PROPERTY BACKPLANE_MANIFEST "${ARG_MANIFEST}")
   endif()
 endfunction()

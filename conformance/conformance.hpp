@@ -16,6 +16,7 @@
 #include <backplane/backplane.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,6 +30,25 @@ struct Progress {
   size_t kernel_count = 0;
   std::string phase;  // "cases", "errors", "concurrency"
 };
+
+// A row a plugin is known to fail today (its bring-up list), kept apart from
+// what it never claims. Each pattern is a shell glob ("*", "f32,*"); a row
+// matches when its op, dtype key and layout all match. A matched row that
+// fails is reported as an expected failure and does not fail the run; an
+// entry whose rows all pass fails it, so the list cannot rot.
+struct ExpectedFailure {
+  std::string op;
+  std::string dtype_key = "*";
+  std::string layout = "*";
+  std::string reason;
+  std::string where;  // "file:line", for messages
+};
+
+// The list a plugin may keep beside its manifest: "<manifest stem>.xfail"
+// (acme.json -> acme.xfail). One entry per line, "OP DTYPE-KEY LAYOUT REASON...";
+// '#' starts a comment. A malformed line is an Error naming file and line.
+std::filesystem::path expected_failures_path(const std::filesystem::path& manifest);
+std::vector<ExpectedFailure> load_expected_failures(const std::filesystem::path& file);
 
 struct Options {
   std::string filter;             // run only ops whose name contains this
@@ -48,6 +68,9 @@ struct Options {
   // test pinned to `device`: views, copies and slots the device cannot
   // handle move to the fallback through transfers. nullptr = device alone.
   Device* fallback_device = nullptr;
+  // Rows known to fail (see ExpectedFailure). With no filter and every phase
+  // on, an entry that matches no row fails the run as stale.
+  std::vector<ExpectedFailure> expected_failures;
 };
 
 // One row per (op, dtype key, layout); error cases use layout "errors", the
@@ -65,7 +88,19 @@ struct ResultRow {
   // A vendor op ("acme.x") with neither a decomposition in its manifest nor
   // registered cases: reported as unverified, not failed (unless --strict).
   bool not_covered = false;
-  bool ok() const { return not_covered || (cases > 0 && passed == cases); }
+  // Expected failures: "file:line reason" of the entry that lists this row,
+  // set when the row failed as listed (xfail), or when every row the entry
+  // names passed, which fails the run (xpass: the entry is out of date).
+  std::string expected_failure;
+  std::string unexpected_pass;
+  bool all_cases_passed() const { return cases > 0 && passed == cases; }
+  bool xfail() const { return !expected_failure.empty(); }
+  bool xpass() const { return !unexpected_pass.empty(); }
+  bool ok() const {
+    if (not_covered) return true;
+    if (xpass()) return false;
+    return xfail() || all_cases_passed();
+  }
 };
 
 struct Report {
@@ -83,6 +118,7 @@ struct Report {
 
   bool all_passed() const;
   bool any_unverified() const;
+  int64_t expected_failures() const;  // rows that failed as listed
   int64_t total_cases() const;
   int64_t total_passed() const;
   std::vector<const ResultRow*> failures() const;

@@ -12,9 +12,13 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <numbers>
 #include <set>
+
+#include <unistd.h>
 
 namespace bc = backplane::conformance;
 using backplane::Device;
@@ -340,6 +344,87 @@ TEST_CASE("the suite catches a flawed plugin", "[ops][conformance][selftest]") {
   INFO(vendor.table());
   CHECK(vendor.all_passed());
   CHECK(vendor.total_cases() > 10);
+#endif
+}
+
+TEST_CASE("expected failures: listed flaws do not fail the run, a listed pass or a stale entry does",
+          "[ops][conformance][selftest]") {
+#ifndef BACKPLANE_CONFORMANCE_FLAWED_DIR
+  WARN("the flawed self-test plugin is not built; skipped");
+#else
+  backplane::RuntimeOptions ro;
+  ro.plugin_paths = {BACKPLANE_CONFORMANCE_FLAWED_DIR};
+  ro.use_default_path = false;
+  ro.use_environment = false;
+  auto rt = backplane::Runtime::create(ro);
+  Device& dev = rt->device("flawed0");
+  // The list the build placed beside the manifest, found the way the tool finds it.
+  const auto manifest = std::filesystem::path(BACKPLANE_CONFORMANCE_FLAWED_DIR) / "flawed.json";
+  const auto list_path = bc::expected_failures_path(manifest);
+  CHECK(list_path.filename() == "flawed.xfail");
+  bc::Options o;
+  o.large = false;
+  o.concurrency = false;
+  o.expected_failures = bc::load_expected_failures(list_path);
+  REQUIRE(o.expected_failures.size() == 10);
+  CHECK(o.expected_failures[0].op == "add");
+  CHECK(o.expected_failures[0].reason == "the last output element is left unwritten");
+  CHECK(o.expected_failures[0].where.find("flawed.xfail:") == 0);
+
+  const bc::Report rep = bc::run_conformance(*rt, dev, o);
+  INFO(rep.table());
+  CHECK(rep.all_passed());
+  int64_t xfails = 0;
+  for (const auto& r : rep.rows) {
+    INFO(r.op << " " << r.dtype_key << " " << r.layout);
+    CHECK_FALSE(r.xpass());
+    xfails += r.xfail();
+    // The flaws still show as failed cases: listing a row hides nothing.
+    if (r.xfail()) CHECK(r.passed < r.cases);
+  }
+  CHECK(xfails == rep.expected_failures());
+  CHECK(xfails >= 9);  // a row per entry at least (concurrency is off here); the globbed ones name several
+  CHECK(rep.table().find("xfail (flawed.xfail:") != std::string::npos);
+
+  // A listed row that passes beside a failing one is fine ("add * *" names
+  // add's "errors" row too, which passes)...
+  for (const auto& r : rep.rows)
+    if (r.op == "add" && r.layout == "errors") CHECK((r.ok() && !r.xfail() && !r.xpass()));
+  // ...but an entry whose rows all pass fails the run (exp is correct).
+  bc::Options wrong = o;
+  wrong.expected_failures.push_back({"exp", "*", "contiguous", "not really broken", "test:1"});
+  const bc::Report xpass = bc::run_conformance(*rt, dev, wrong);
+  CHECK_FALSE(xpass.all_passed());
+  int64_t xpasses = 0;
+  for (const auto& r : xpass.rows) xpasses += r.xpass();
+  CHECK(xpasses == 1);
+  CHECK(xpass.table().find("XPASS") != std::string::npos);
+
+  // With the whole suite run, an entry naming nothing the plugin claims is stale.
+  bc::Options stale = o;
+  stale.concurrency = true;
+  stale.threads = 2;
+  stale.expected_failures.push_back({"sqrt", "*", "*", "never claimed", "test:2"});
+  const bc::Report st = bc::run_conformance(*rt, dev, stale);
+  bool found = false;
+  for (const auto& r : st.rows)
+    if (r.op == "sqrt") found = !r.ok() && r.first_failure.find("test:2 matches no row") != std::string::npos;
+  CHECK(found);
+  CHECK_FALSE(st.all_passed());
+  // ...but a filtered run cannot tell, and says nothing.
+  stale.filter = "exp";
+  for (const auto& r : bc::run_conformance(*rt, dev, stale).rows) CHECK(r.op != "sqrt");
+
+  // A malformed line names its file and line.
+  const auto bad = std::filesystem::temp_directory_path() / ("bp_xfail_" + std::to_string(::getpid()) + ".xfail");
+  {
+    std::ofstream f(bad);
+    f << "# comment\n\nadd f32,f32->f32 * fine\nrelu\n";
+  }
+  CHECK_THROWS_WITH(bc::load_expected_failures(bad),
+                    Catch::Matchers::Contains(bad.string() + ":4") && Catch::Matchers::Contains("OP DTYPE-KEY LAYOUT"));
+  std::filesystem::remove(bad);
+  CHECK_THROWS_WITH(bc::load_expected_failures(bad), Catch::Matchers::Contains("cannot read"));
 #endif
 }
 

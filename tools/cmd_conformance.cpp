@@ -115,6 +115,7 @@ int cmd_conformance(const Args& in) {
   const bool quiet = take_switch(args, "--quiet");
   const bool strict = take_switch(args, "--strict");
   const std::string fallback = take_option(args, "--fallback");
+  const std::string xfail_arg = take_option(args, "--expected-failures");
   reject_leftovers(args);
   if (plugin_arg.empty()) throw Error("conformance needs --plugin NAME|MANIFEST");
 
@@ -160,6 +161,17 @@ int cmd_conformance(const Args& in) {
       if (d->name() == compare && d->plugin_name() != plugin_name) reference = d;
     }
     if (!fallback.empty()) fallback_device = &rt->device(fallback);
+    // The plugin's bring-up list: --expected-failures FILE, else the
+    // "<stem>.xfail" beside its manifest when there is one ("none" = ignore it).
+    std::vector<conformance::ExpectedFailure> expected;
+    std::filesystem::path xfail_file = xfail_arg;
+    if (xfail_arg.empty() && std::filesystem::exists(conformance::expected_failures_path(info->manifest_path)))
+      xfail_file = conformance::expected_failures_path(info->manifest_path);
+    if (!xfail_file.empty() && xfail_arg != "none") {
+      expected = conformance::load_expected_failures(xfail_file);
+      std::printf("  expected failures: %zu entries from %s\n", expected.size(), xfail_file.string().c_str());
+      report["expected_failures_file"] = xfail_file.string();
+    }
     if (devices.empty()) {
       std::printf("  SKIPPED: plugin '%s' has no device available on this machine\n", plugin_name.c_str());
       report["skipped"] = "no device available";
@@ -170,6 +182,7 @@ int cmd_conformance(const Args& in) {
       opts.large = !quick;
       opts.compare_device = reference;
       opts.fallback_device = fallback_device;
+      opts.expected_failures = expected;
       std::string last_op;
       if (!quiet)
         opts.progress = [&](const conformance::Progress& p) {
@@ -189,7 +202,13 @@ int cmd_conformance(const Args& in) {
                   r.all_passed() ? "" : " -- FAILED");
       for (const auto* row : fails)
         std::printf("  FAILED %s [%s] %s: %s\n", row->op.c_str(), row->dtype_key.c_str(), row->layout.c_str(),
-                    row->first_failure.c_str());
+                    row->xpass() ? ("listed as an expected failure at " + row->unexpected_pass +
+                                    " but every row it names passed: remove the entry").c_str()
+                                 : row->first_failure.c_str());
+      for (const auto& row : r.rows)
+        if (row.xfail())
+          std::printf("  XFAIL %s [%s] %s (%s): %s\n", row.op.c_str(), row.dtype_key.c_str(), row.layout.c_str(),
+                      row.expected_failure.c_str(), row.first_failure.c_str());
       for (const auto& row : r.rows)
         if (row.not_covered)
           std::printf("  %s %s [%s]: %s\n", strict ? "FAILED (--strict)" : "UNVERIFIED", row.op.c_str(),

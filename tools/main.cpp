@@ -62,9 +62,12 @@ commands:
                                         devices set up at the first run, not at compile)
   conformance --plugin NAME|MANIFEST [--json REPORT] [--filter OP] [--quick]
               [--compare DEVICE] [--fallback DEVICE] [--strict]
+              [--expected-failures FILE|none]
                                         the plugin conformance suite; vendor ops are
                                         checked against their manifest's decomposition;
-                                        --strict fails on unverified vendor ops
+                                        --strict fails on unverified vendor ops; rows
+                                        listed in the manifest's .xfail (or FILE) may
+                                        fail, and fail the run when they pass
   bench [--device LIST] [--filter CASE] [--threads N] [--min-time S] [--json]
         [--model MODEL.onnx|GRAPH.json [--input NAME=FILE.npy]... [--profile]]
                                         per-op timings on LIST's first device, the rest
