@@ -225,7 +225,7 @@ TEST_CASE("misaligned or too small host memory is refused with the reason", "[te
     if (d->plugin_name() == "vulkan") {
       // In place where the driver imports host memory (lavapipe does); a
       // device that cannot says so with one status code for "unsupported
-      // on this device" (tests/test_vulkan_import.cpp has the rest).
+      // on this device" (tests/vulkan/test_vulkan_import.cpp has the rest).
       try {
         Tensor v = rt->wrap_host(buf.p + 16, 16, BP_DTYPE_F32, Shape{4}, *d);
         CHECK(v.data() == buf.p + 16);

@@ -1,4 +1,4 @@
-// Helpers the Vulkan tests (tests/test_vulkan_*.cpp) share: through the core
+// Helpers the Vulkan tests (tests/vulkan/test_vulkan_*.cpp) share: through the core
 // (a runtime on the default plugin path, vulkan0 and the CPU plugin's device,
 // graphs run on one device, kernels a device claims, random HostTensors,
 // element checks within docs/ops.md's tolerances) and through the C ABI (the
