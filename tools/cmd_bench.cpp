@@ -333,6 +333,7 @@ std::string human_time(double t) {
 int bench_model(const std::string& path, Args& args, const std::string& device_name, int threads, double min_time,
                 bool json) {
   const bool profile = take_switch(args, "--profile");
+  const bool optimize = take_optimize(args);
   LoadedModel m = load_model(path, args, true);
   reject_leftovers(args);
   RuntimeOptions opts;
@@ -341,6 +342,7 @@ int bench_model(const std::string& path, Args& args, const std::string& device_n
   const std::vector<Device*> list = rt->select_devices(device_name);
   CompileOptions copts;
   copts.profile = profile;
+  copts.optimize = optimize;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   Plan plan = rt->compile(m.file.graph, list, copts);

@@ -51,6 +51,7 @@ int cmd_run(const Args& in) {
   const bool explain = take_switch(args, "--explain");
   // Each step's time (kernels, transfers, synchronize) of a second, warm run.
   const bool profile = take_switch(args, "--profile");
+  const bool optimize = take_optimize(args);
   const std::string max_memory = take_option(args, "--max-memory");
   if (args.empty() || args.front().rfind("--", 0) == 0)
     throw Error("run needs a graph file or an ONNX model: backplane run GRAPH.json|MODEL.onnx [--input NAME=FILE.npy]... "
@@ -69,6 +70,7 @@ int cmd_run(const Args& in) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileOptions copts;
   copts.profile = profile;
+  copts.optimize = optimize;
   Plan plan = rt->compile(gf.graph, devices, copts);
   const auto t1 = std::chrono::steady_clock::now();
   std::string used;

@@ -23,5 +23,7 @@ int cmd_import(const Args& args);
 bool take_switch(Args& args, const std::string& name);
 std::string take_option(Args& args, const std::string& name, const std::string& fallback = "");
 void reject_leftovers(const Args& args);
+// --optimize none|all (default all): CompileOptions::optimize.
+bool take_optimize(Args& args);
 
 }  // namespace backplane::cli

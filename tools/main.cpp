@@ -40,6 +40,12 @@ void reject_leftovers(const Args& args) {
   if (!args.empty()) throw Error("unexpected argument '" + args.front() + "' (see backplane --help)");
 }
 
+bool take_optimize(Args& args) {
+  const std::string v = take_option(args, "--optimize", "all");
+  if (v != "all" && v != "none") throw Error("--optimize takes 'all' or 'none', not '" + v + "'");
+  return v == "all";
+}
+
 }  // namespace backplane::cli
 
 namespace {
@@ -49,11 +55,12 @@ const char* kUsage = R"(usage: backplane <command> [options]
 commands:
   devices [--json]                      every manifest found, each device, its load status
   run GRAPH.json|MODEL.onnx [--input NAME=FILE.npy]... [--dim NAME=N]... [--device LIST]
-      [--out DIR] [--explain] [--profile] [--json] [--max-memory BYTES]
+      [--out DIR] [--explain] [--profile] [--json] [--max-memory BYTES] [--optimize all|none]
                                         run a graph file or an ONNX model; outputs go to
                                         DIR/<name>.npy; inputs not given get random data;
                                         LIST: devices in order of preference (acme0,cpu) or auto;
-                                        --explain shows where each node runs and every transfer
+                                        --explain shows where each node runs and every transfer,
+                                        and what the optimizer replaced (--optimize none: nothing)
   import MODEL.onnx --out DIR [--input NAME=FILE.npy]... [--dim NAME=N]...
                                         an ONNX model as DIR/graph.json, weights in DIR/weights
   demo [--device NAME|all] [--no-prepare]
@@ -69,7 +76,7 @@ commands:
                                         listed in the manifest's .xfail (or FILE) may
                                         fail, and fail the run when they pass
   bench [--device LIST] [--filter CASE] [--threads N] [--min-time S] [--json]
-        [--model MODEL.onnx|GRAPH.json [--input NAME=FILE.npy]... [--profile]]
+        [--model MODEL.onnx|GRAPH.json [--input NAME=FILE.npy]... [--profile] [--optimize all|none]]
                                         per-op timings on LIST's first device, the rest
                                         as fallback; with two or more devices, also
                                         transfers between the first two, a graph split

@@ -33,8 +33,9 @@ bool device_has_op(const Device& dev, const std::string& op) {
 
 class Lowerer {
  public:
-  Lowerer(Runtime& rt, const Graph& g, const std::vector<Device*>& devices, const std::vector<std::string>& keep)
-      : rt_(rt), g_(g), keep_(keep) {
+  Lowerer(Runtime& rt, const Graph& g, const std::vector<Device*>& devices, const std::vector<std::string>& keep,
+          const std::vector<Node>* nodes, bool vendor_kernels)
+      : rt_(rt), g_(g), nodes_(nodes), vendor_kernels_(vendor_kernels), keep_(keep) {
     l_.devices = devices;
     for (auto* d : devices) l_.align = std::max<uint64_t>(l_.align, DeviceAccess::info(*d).buffer_alignment);
   }
@@ -49,7 +50,7 @@ class Lowerer {
       else
         l_.inputs.push_back({in.name, v});
     }
-    for (const auto& node : g_.nodes()) lower_node(node);
+    for (const auto& node : nodes_ ? *nodes_ : g_.nodes()) lower_node(node);
     for (const auto& out : g_.outputs()) {
       if (bundles_.count(out))
         throw Error("graph output '" + out +
@@ -200,23 +201,8 @@ class Lowerer {
   // Types of a vendor node through its decomposition (no device needed).
   std::vector<ValueType> decomposition_types(const VendorOpInfo& decl, const Node& node,
                                              const std::vector<std::pair<bp_dtype, Shape>>& in) {
-    const Expansion e = expand_vendor_node(decl, node, in);
-    Graph sub;
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
-      bool seen = false;
-      for (const auto& gi : sub.inputs()) seen = seen || gi.name == node.inputs[i];
-      if (!seen) sub.input(node.inputs[i], in[i].first, in[i].second);
-    }
-    for (const auto& n : e.nodes) sub.node(n.name, n.op, n.inputs, n.params);
-    for (const auto& o : e.outputs) sub.output(o);
-    std::map<std::string, std::pair<bp_dtype, Shape>> types;
-    try {
-      types = infer_graph(sub);
-    } catch (const Error& err) {
-      throw Error("node '" + node.name + "' (" + node.op + "): its decomposition: " + err.what());
-    }
     std::vector<ValueType> out;
-    for (const auto& o : e.outputs) out.push_back({types[o].first, types[o].second, {}});
+    for (auto& [dt, shape] : decomposition_output_types(decl, node, in)) out.push_back({dt, std::move(shape), {}});
     return out;
   }
 
@@ -225,7 +211,8 @@ class Lowerer {
     const auto devs = choices(node, where);
     std::vector<Device*> with_kernel;
     for (Device* d : devs)
-      if (device_has_op(*d, node.op)) with_kernel.push_back(d);
+      if (device_has_op(*d, node.op) && (vendor_kernels_ || !decl || !decl->has_decomposition()))
+        with_kernel.push_back(d);
     std::vector<std::pair<bp_dtype, Shape>> in_types;
     for (size_t i = 0; i < in_ids.size(); ++i) {
       if (in_ids[i] < 0) throw Error(where + ": input " + std::to_string(i) + " is null");
@@ -500,6 +487,8 @@ class Lowerer {
 
   Runtime& rt_;
   const Graph& g_;
+  const std::vector<Node>* nodes_;  // the graph's nodes after the passes, or null: g_'s
+  bool vendor_kernels_;             // false: vendor ops with a decomposition run it
   const std::vector<std::string>& keep_;
   Lowered l_;
   std::map<std::string, std::vector<int>> bundles_;  // vendor nodes run as decompositions: slot values
@@ -523,9 +512,9 @@ std::string signature(const std::string& op, const std::vector<bp_dtype>& key) {
 }
 
 Lowered lower(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices,
-              const std::vector<std::string>& keep) {
+              const std::vector<std::string>& keep, const std::vector<Node>* nodes, bool vendor_kernels) {
   if (devices.empty()) throw Error("compile: the device list is empty");
-  return Lowerer(rt, graph, devices, keep).run();
+  return Lowerer(rt, graph, devices, keep, nodes, vendor_kernels).run();
 }
 
 }  // namespace backplane::detail

@@ -93,8 +93,11 @@ struct Lowered {
 };
 
 // `keep`: values besides the graph outputs that must stay readable.
+// `nodes`: the graph's nodes as the passes before lowering left them
+// (pass_patterns.hpp); null = the graph's own.
 Lowered lower(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices,
-              const std::vector<std::string>& keep = {});
+              const std::vector<std::string>& keep = {}, const std::vector<Node>* nodes = nullptr,
+              bool vendor_kernels = true);
 void place(Lowered& l);
 
 // "add(f32, f32) -> f32"

@@ -2,12 +2,17 @@
 // function gets its node's checked arguments (Args) and fills the result.
 #include "ops_spec.hpp"
 
+#include <cstring>
+
 namespace backplane::detail::spec {
 
 // ---- shape helpers ------------------------------------------------------------------
 
 bp_op_params params_of(bp_params_kind kind) {
-  bp_op_params p{};
+  // Zeroed, padding included: equal params are equal bytes (pass_patterns.cpp
+  // compares them so).
+  bp_op_params p;
+  std::memset(&p, 0, sizeof p);
   p.struct_size = sizeof(bp_op_params);
   p.kind = kind;
   return p;

@@ -8,6 +8,7 @@
 // those whose last reader has run), allocated once, and every
 // bp_storage/bp_layout a kernel will see is built, so execute() only locks,
 // calls kernels, moves transfers and synchronizes.
+#include "pass_patterns.hpp"
 #include "plan_impl.hpp"
 
 namespace backplane {
@@ -500,7 +501,13 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
   if (!has_vendor_op) infer_graph(graph);
   try {
     const auto t0 = std::chrono::steady_clock::now();
-    Lowered l = detail::lower(*this, graph, devices, options.keep);
+    // Passes before lowering (CompileOptions::optimize).
+    const bool patterns_pass = options.optimize && options.vendor_kernels;
+    detail::PatternResult patterns;
+    if (patterns_pass) patterns = detail::substitute_patterns(*this, graph, devices, options.keep);
+    Lowered l = detail::lower(*this, graph, devices, options.keep, patterns_pass ? &patterns.nodes : nullptr,
+                              options.vendor_kernels);
+    l.notes.insert(l.notes.begin(), patterns.notes.begin(), patterns.notes.end());
     detail::place(l);
     const auto t1 = std::chrono::steady_clock::now();
     Plan plan;

@@ -393,4 +393,26 @@ Expansion expand_vendor_node(const VendorOpInfo& op, const Node& node,
   return e;
 }
 
+std::vector<std::pair<bp_dtype, Shape>> decomposition_output_types(const VendorOpInfo& op, const Node& node,
+                                                                   const std::vector<std::pair<bp_dtype, Shape>>& in) {
+  const Expansion e = expand_vendor_node(op, node, in);
+  Graph sub;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    bool seen = false;
+    for (const auto& gi : sub.inputs()) seen = seen || gi.name == node.inputs[i];
+    if (!seen) sub.input(node.inputs[i], in[i].first, in[i].second);
+  }
+  for (const auto& n : e.nodes) sub.node(n.name, n.op, n.inputs, n.params);
+  for (const auto& o : e.outputs) sub.output(o);
+  std::map<std::string, std::pair<bp_dtype, Shape>> types;
+  try {
+    types = infer_graph(sub);
+  } catch (const Error& err) {
+    throw Error("node '" + node.name + "' (" + node.op + "): its decomposition: " + err.what());
+  }
+  std::vector<std::pair<bp_dtype, Shape>> out;
+  for (const auto& o : e.outputs) out.push_back(types[o]);
+  return out;
+}
+
 }  // namespace backplane::detail

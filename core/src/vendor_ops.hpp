@@ -28,6 +28,11 @@ struct Expansion {
 Expansion expand_vendor_node(const VendorOpInfo& op, const Node& node,
                              const std::vector<std::pair<bp_dtype, Shape>>& input_types);
 
+// The output types of a vendor node through its decomposition (no device
+// needed): one per declared output. Throws Error naming the node.
+std::vector<std::pair<bp_dtype, Shape>> decomposition_output_types(const VendorOpInfo& op, const Node& node,
+                                                                   const std::vector<std::pair<bp_dtype, Shape>>& input_types);
+
 // Evaluates a decomposition param expression ("$eps", "$x.shape[-1] / 2").
 // `names` are the op's params, `shapes` its inputs' shapes. Throws Error.
 Json eval_param_expression(const std::string& expr, const Json& params,

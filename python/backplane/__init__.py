@@ -57,9 +57,11 @@ def load_graph(path):
     return _load_graph(str(path))
 
 
-def compile(graph, device="auto", keep=(), profile=False):  # noqa: A001 (the core's name)
-    """Compiles `graph` for a device or an ordered list ("vulkan0,cpu")."""
-    return runtime().compile(graph, device, list(keep), profile)
+def compile(graph, device="auto", keep=(), profile=False, optimize=True):  # noqa: A001 (the core's name)
+    """Compiles `graph` for a device or an ordered list ("vulkan0,cpu").
+    optimize=False runs the graph node for node (no fused vendor ops
+    substituted; see plan.explain())."""
+    return runtime().compile(graph, device, list(keep), profile, True, optimize)
 
 
 def upload(array, device="auto", dtype=None):

@@ -512,11 +512,12 @@ PYBIND11_MODULE(_backplane, m) {
       }, py::arg("load") = true)
       .def("device", &Runtime::device, py::return_value_policy::reference_internal)
       .def("compile", [](std::shared_ptr<Runtime> rt, const Graph& g, const std::string& device,
-                         std::vector<std::string> keep, bool profile, bool prepare) {
+                         std::vector<std::string> keep, bool profile, bool prepare, bool optimize) {
         CompileOptions o;
         o.keep = std::move(keep);
         o.profile = profile;
         o.prepare = prepare;
+        o.optimize = optimize;
         PyPlan p;
         {
           py::gil_scoped_release nogil;
@@ -528,7 +529,7 @@ PYBIND11_MODULE(_backplane, m) {
           if (!i.constant) p.ins.push_back(i.name);
         return p;
       }, py::arg("graph"), py::arg("device") = "auto", py::arg("keep") = std::vector<std::string>{},
-          py::arg("profile") = false, py::arg("prepare") = true)
+          py::arg("profile") = false, py::arg("prepare") = true, py::arg("optimize") = true)
       .def("upload", [](Runtime& rt, py::object value, const std::string& device, py::object dtype) {
         py::array a = py::array::ensure(value, py::array::c_style);
         if (!a) throw Error("upload: expected a NumPy array");

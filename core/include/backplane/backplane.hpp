@@ -439,6 +439,17 @@ struct CompileOptions {
   // Values besides the graph outputs that Plan::output may read (their
   // buffers are then never reused). Reading any other value is an error.
   std::vector<std::string> keep;
+  // Graph passes before placement (docs/architecture.md, "Optimization"):
+  // a subgraph that a vendor op's manifest decomposition matches runs as
+  // that op where the list's first device has its kernel (conv2d -> relu as
+  // the CPU plugin's cpu.conv2d_relu). Plan::explain lists each replacement
+  // and each near miss. Off: the graph runs node for node, as written.
+  bool optimize = true;
+  // Off: every vendor op whose manifest gives a decomposition runs that
+  // decomposition in standard ops, even where a device has the op's kernel
+  // (the conformance suite's reference; a way to compare a fused kernel with
+  // what it stands for).
+  bool vendor_kernels = true;
 };
 
 class Runtime {

@@ -1,0 +1,39 @@
+// A pass before lowering: plugins' vendor ops as patterns. When the device a
+// node would run on by default (the list's first) has a kernel for a vendor
+// op whose manifest decomposition matches a subgraph of the graph, the
+// subgraph becomes one node of that op:
+//
+//   - the same ops with the same wiring, anchored at the decomposition's
+//     output node (single-output vendor ops);
+//   - every vendor input bound to one graph value, consistently;
+//   - params bound from "$name" entries, and then proven: the decomposition
+//     instantiated with the bound params must infer, node by node, exactly
+//     the typed params (bp_op_params) the graph's nodes infer, so a constant
+//     in the decomposition ("min": 0) or a param it leaves out must agree;
+//   - no intermediate value used outside the match (by another node, as a
+//     graph output or a kept value), no node pinned, and the device has a
+//     kernel row for the dtypes.
+//
+// Results are those of the vendor kernel, which the conformance suite
+// checks against the same decomposition within the op's tolerance class.
+// Every substitution and every refused near miss (the pattern's ops and
+// wiring matched, something else did not) is a note for --explain.
+#pragma once
+
+#include <backplane/backplane.hpp>
+
+#include <string>
+#include <vector>
+
+namespace backplane::detail {
+
+struct PatternResult {
+  std::vector<Node> nodes;         // the graph's nodes with the matches replaced
+  std::vector<std::string> notes;  // substitutions and near misses, for explain()
+  int substituted = 0;
+};
+
+PatternResult substitute_patterns(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices,
+                                  const std::vector<std::string>& keep);
+
+}  // namespace backplane::detail
