@@ -41,6 +41,11 @@ function(backplane_add_plugin target)
     if(EXISTS "${manifest_dir}/${manifest_stem}.xfail")
       configure_file("${manifest_dir}/${manifest_stem}.xfail" "${out_dir}/${manifest_stem}.xfail" COPYONLY)
     endif()
+    # Also at configure time, and again whenever it changes (a manifest edit
+    # alone does not relink the library, so POST_BUILD would miss it).
+    if(EXISTS "${ARG_MANIFEST}")
+      configure_file("${ARG_MANIFEST}" "${out_dir}/${manifest_name}" COPYONLY)
+    endif()
     set_property(TARGET ${target} PROPERTY BACKPLANE_MANIFEST "${ARG_MANIFEST}")
   endif()
 endfunction()

@@ -14,7 +14,11 @@
 #include "packed.hpp"
 #include "winograd.hpp"
 
+#include <backplane/sdk/params.hpp>
+
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <memory>
 
@@ -510,10 +514,26 @@ template <class T, class P> void dw_fill_row(const T* xr, const DwGeom& g, P* d)
   for (int64_t p = 0; p < sw; ++p) phase(p, lo(p), hi(p));
 }
 
-// y (dense) = depthwise conv2d(x, w) + bias: x at x[0, 0, 0, 0], w dense
-// [O, 1, kH, kW] and bias [O] in P. Output planes are split over the threads.
+// v clipped to [lo, hi], NaN kept (std::max/min return their first argument
+// when a comparison is false), branch-free so loops of it vectorize.
+template <class P> inline P clip(P v, P lo, P hi) { return std::min(std::max(v, lo), hi); }
+
+// An activation's bounds: relu is [0, inf).
+inline std::pair<float, float> act_bounds(const onednn::Activation& act) {
+  if (act.kind == onednn::Activation::Relu) return {0.0f, INFINITY};
+  if (act.kind == onednn::Activation::Clip) return {act.lo, act.hi};
+  return {-INFINITY, INFINITY};
+}
+
+// y (dense) = act(depthwise conv2d(x, w) + bias): x at x[0, 0, 0, 0], w dense
+// [O, 1, kH, kW] and bias [O] in P. Output planes are split over the threads;
+// the activation runs on each plane while it is still in cache.
 template <class T, class P>
-void conv2d_depthwise(const Call& c, DwGeom g, const T* x, const P* w, const P* bias, T* y) {
+void conv2d_depthwise(const Call& c, DwGeom g, const T* x, const P* w, const P* bias, T* y,
+                      const onednn::Activation& act = {}) {
+  const bool has_act = act.kind != onednn::Activation::None;
+  const auto [act_lo, act_hi] = act_bounds(act);
+  const P lo = static_cast<P>(act_lo), hi = static_cast<P>(act_hi);
   g.Hp = (g.OH - 1) * g.sh + (g.kH - 1) * g.dh + 1;
   g.Wq = g.OW + ((g.kW - 1) * g.dw) / g.sw;
   std::vector<int64_t> taps(static_cast<size_t>(g.kH * g.kW));
@@ -545,8 +565,12 @@ void conv2d_depthwise(const Call& c, DwGeom g, const T* x, const P* w, const P* 
       T* yp = y + pi * L;
       if constexpr (std::is_same_v<T, P>) {
         plane_fn(g, pb.data(), w + o * g.kH * g.kW, bias[o], yp);
+        if (has_act)
+          for (int64_t i = 0; i < L; ++i) yp[i] = clip(yp[i], lo, hi);
       } else {
         plane_fn(g, pb.data(), w + o * g.kH * g.kW, bias[o], tmp.data());
+        if (has_act)
+          for (int64_t i = 0; i < L; ++i) tmp[static_cast<size_t>(i)] = clip(tmp[static_cast<size_t>(i)], lo, hi);
         for (int64_t i = 0; i < L; ++i) yp[i] = st<T>(static_cast<comp_t<T>>(tmp[static_cast<size_t>(i)]));
       }
     }
@@ -641,8 +665,56 @@ template <bp_dtype D> struct MatmulK {
   }
 };
 
+template <class T> void activate(const Call& c, const onednn::Activation& act);
+
+// The largest |element| of f32 input i, or NaN when an element is NaN or
+// infinite. Constant inputs (weights) are scanned once and the answer kept
+// with them.
+float max_abs_f32(const Call& c, size_t i) {
+  auto scan = [&] {
+    const bp_layout& l = c.in_layout(i);
+    const float* base = c.in_data<float>(i);
+    float m = 0.0f, z = 0.0f;  // z: the sum of v * 0, NaN once any v is NaN or infinite
+    const sdk::StridedWalker<1> walk(l.rank, l.shape, {&l});
+    walk.run_all([&](const int64_t* off, int64_t n, const int64_t* st) {
+      const float* p = base + off[0];
+      if (st[0] == 1) {
+        for (int64_t k = 0; k < n; ++k) {
+          m = std::max(m, std::fabs(p[k]));
+          z += p[k] * 0.0f;
+        }
+      } else {
+        for (int64_t k = 0; k < n; ++k) {
+          m = std::max(m, std::fabs(p[k * st[0]]));
+          z += p[k * st[0]] * 0.0f;
+        }
+      }
+    });
+    return z == 0.0f ? m : NAN;
+  };
+  if (!packed::constant(c, i)) return scan();
+  return *packed::get<float>(c, i, "max_abs", [&] { return std::make_shared<float>(scan()); });
+}
+
+// Whether relu or clip of conv2d(x, w, b) may run as oneDNN's post-op: its
+// injector turns NaN into a bound where docs/ops.md keeps NaN, so only when
+// no output can be NaN or infinite: x, w and b finite and K * max|x| * max|w|
+// + max|b| below f32's largest value.
+bool post_op_safe(const Call& c, int64_t K) {
+  const float mx = max_abs_f32(c, 0), mw = max_abs_f32(c, 1), mb = c.has_input(2) ? max_abs_f32(c, 2) : 0.0f;
+  const double bound = static_cast<double>(K) * mx * mw + mb;
+  return bound < 1e38;  // false when any is NaN
+}
+
 template <bp_dtype D> struct Conv2dK {
-  static void impl(const Call& c) {
+  static void impl(const Call& c) { run(c, {}); }
+  // conv2d, then `act` over its output: fused into oneDNN's output pass
+  // (a post-op) where oneDNN runs it, else one pass over y afterwards.
+  static void run(const Call& c, const onednn::Activation& act) {
+    if (!conv(c, act)) activate<st_t<D>>(c, act);
+  }
+  // True when `act` was applied too.
+  static bool conv(const Call& c, const onednn::Activation& act) {
     c.expect(3, BP_PARAMS_CONV2D);
     using T = st_t<D>;
     using P = gemm_p_t<T>;
@@ -665,7 +737,7 @@ template <bp_dtype D> struct Conv2dK {
                BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": output " + dims_str(lo) + " does not match the geometry");
     const bool has_bias = c.has_input(2);
     if (has_bias) expect_numel(c, c.in_layout(2), O, "bias");
-    if (sdk::numel(lo) == 0) return;
+    if (sdk::numel(lo) == 0) return true;
     const int64_t Og = O / G, Kd = Cg * kH * kW, L = OH * OW;
     // Depthwise convolutions (MobileNet's 3x3s) always take the direct
     // kernel below: oneDNN's reorders of x into and y out of its channel-last
@@ -683,9 +755,12 @@ template <bp_dtype D> struct Conv2dK {
     // 8x64x56x56: 12.2 against 22.1), but not 1x256x14x14 (3.7 against 2.7).
     const int64_t tiles = N * ((OH + 1) / 2) * ((OW + 1) / 2);
     const bool winograd_first = winograd && D == BP_DTYPE_F32 && tiles * 512 >= Cg * Og;
-    if (!depthwise && !winograd_first &&
-        onednn::conv2d(c, D, {N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW}))
-      return;
+    if (!depthwise && !winograd_first) {
+      onednn::Activation fused = act;
+      if (act.kind != onednn::Activation::None && !(D == BP_DTYPE_F32 && post_op_safe(c, Kd))) fused = {};
+      if (onednn::conv2d(c, D, {N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW, fused}))
+        return fused.kind == act.kind;
+    }
     const T* x = c.in_data<T>(0);
     T* y = c.out_data<T>();
     // Constant weights transformed for Winograd are made once and kept with
@@ -724,13 +799,13 @@ template <bp_dtype D> struct Conv2dK {
     }
     if (depthwise) {
       conv2d_depthwise<T, P>(c, DwGeom{N, H, W, O, Og, kH, kW, sh, sw, dh, dw, pt, pl, OH, OW, xs0, xs1, xs2, xs3, 0, 0, nullptr},
-                             x + lx.offset, wd.data(), bias.data(), y);
-      return;
+                             x + lx.offset, wd.data(), bias.data(), y, act);
+      return true;
     }
     if constexpr (std::is_same_v<P, float>) {
       if (winograd) {
         conv2d_winograd<T>(c, wg, x + lx.offset, kept ? nullptr : wd.data(), bias.data(), y, kept.get());
-        return;
+        return false;
       }
     }
     // A 1x1 convolution at stride 1 without padding is a plain GEMM whose B
@@ -738,6 +813,9 @@ template <bp_dtype D> struct Conv2dK {
     const bool pointwise = kH == 1 && kW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0 &&
                            (H == 1 || W == 1 || xs2 == W * xs3);
     const int64_t pixel_stride = W == 1 ? xs2 : xs3;
+    // The activation, in the bias pass of each product.
+    const bool has_act = act.kind != onednn::Activation::None;
+    const P act_lo_p = static_cast<P>(act_bounds(act).first), act_hi_p = static_cast<P>(act_bounds(act).second);
     // One (image, group) product; tmp holds the f32 result of a half type.
     auto product = [&](int64_t n, int64_t g, std::vector<P>& tmp) {
       const T* xg = x + lx.offset + n * xs0 + g * Cg * xs1;
@@ -760,7 +838,10 @@ template <bp_dtype D> struct Conv2dK {
           const P bv = bias[g * Og + o];
           P* row = cg + o * L;
           T* orow = yg + o * L;
-          for (int64_t i = 0; i < L; ++i) orow[i] = st<T>(static_cast<comp_t<T>>(row[i] + bv));
+          if (has_act)
+            for (int64_t i = 0; i < L; ++i) orow[i] = st<T>(static_cast<comp_t<T>>(clip(row[i] + bv, act_lo_p, act_hi_p)));
+          else
+            for (int64_t i = 0; i < L; ++i) orow[i] = st<T>(static_cast<comp_t<T>>(row[i] + bv));
         }
       });
     };
@@ -772,13 +853,88 @@ template <bp_dtype D> struct Conv2dK {
         std::vector<P> tmp;
         for (int64_t i = i0; i < i1; ++i) product(i / G, i % G, tmp);
       });
-      return;
+      return true;
     }
     std::vector<P> tmp;
     for (int64_t n = 0; n < N; ++n)
       for (int64_t g = 0; g < G; ++g) product(n, g, tmp);
+    return true;
   }
 };
+
+// y = act(y) over the dense output (after the Winograd path): relu keeps
+// NaN, clip is max(·, lo) then min(·, hi) and keeps NaN (docs/ops.md's relu
+// and clamp).
+template <class T> void activate(const Call& c, const onednn::Activation& act) {
+  if (act.kind == onednn::Activation::None) return;
+  T* y = c.out_data<T>();
+  const int64_t n = sdk::numel(c.out_layout());
+  const float lo = act.kind == onednn::Activation::Relu ? 0.0f : act.lo;
+  const float hi = act.kind == onednn::Activation::Relu ? INFINITY : act.hi;
+  pfor(c, n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const auto v = ld(y[i]);
+      y[i] = st<T>(static_cast<comp_t<T>>(clip<decltype(v)>(v, lo, hi)));
+    }
+  });
+}
+
+// The CPU plugin's fused vendor ops (manifests/cpu.json declares them with
+// their decompositions, which are also the patterns the host substitutes):
+//   cpu.conv2d_relu   relu(conv2d(x, w, b))
+//   cpu.conv2d_clamp  clamp(conv2d(x, w, b), min, max)
+// Params are conv2d's (stride, padding, dilation, groups in any of the forms
+// docs/ops.md allows) and clamp's min and max (absent or null: no bound).
+onednn::Activation read_conv_params(const Call& c, bp_op_params& out, bool clamp) {
+  const sdk::VendorParams p(c.params, c.op);
+  if (clamp)
+    p.allow_only({"stride", "padding", "dilation", "groups", "min", "max"});
+  else
+    p.allow_only({"stride", "padding", "dilation", "groups"});
+  auto pair = [&](const char* name, int64_t dflt, int64_t* dst, size_t n) {
+    std::vector<int64_t> v;
+    const auto* raw = p.find(name);
+    if (!raw || raw->kind == sdk::VendorParams::Kind::Null)
+      v = {dflt};
+    else if (raw->kind == sdk::VendorParams::Kind::Number)
+      v = {p.integer(name)};
+    else
+      v = p.integers(name);
+    BP_SDK_CHECK(v.size() == 1 || v.size() == 2 || (n == 4 && v.size() == 4), BP_ERR_INVALID_ARGUMENT,
+                 std::string(c.op) + ": param '" + name + "' has " + std::to_string(v.size()) + " values");
+    for (size_t i = 0; i < n; ++i) dst[i] = v.size() == 1 ? v[0] : v.size() == 2 ? v[i % 2] : v[i];
+  };
+  std::memset(&out, 0, sizeof out);
+  out.struct_size = sizeof out;
+  out.kind = BP_PARAMS_CONV2D;
+  pair("stride", 1, out.u.conv2d.stride, 2);
+  pair("padding", 0, out.u.conv2d.padding, 4);
+  pair("dilation", 1, out.u.conv2d.dilation, 2);
+  out.u.conv2d.groups = p.integer("groups", 1);
+  onednn::Activation act;
+  act.kind = clamp ? onednn::Activation::Clip : onednn::Activation::Relu;
+  if (clamp) {
+    auto bound = [&](const char* name, float dflt) {
+      const auto* raw = p.find(name);
+      return !raw || raw->kind == sdk::VendorParams::Kind::Null ? dflt : static_cast<float>(p.number(name));
+    };
+    act.lo = bound("min", -INFINITY);
+    act.hi = bound("max", INFINITY);
+  }
+  return act;
+}
+
+template <bp_dtype D, bool Clamp> struct ConvActK {
+  static void impl(const Call& c) {
+    bp_op_params conv_params;
+    const onednn::Activation act = read_conv_params(c, conv_params, Clamp);
+    Call inner = c;
+    inner.params = &conv_params;
+    Conv2dK<D>::run(inner, act);
+  }
+};
+template <bp_dtype D> using ConvReluK = ConvActK<D, false>;
+template <bp_dtype D> using ConvClampK = ConvActK<D, true>;
 
 }  // namespace
 
@@ -787,6 +943,8 @@ void register_linalg(sdk::KernelTable& t) {
   const auto k31 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d, d, d}; };
   add_rows<MatmulK, BP_CPU_FLOAT_DTYPES>(t, "matmul", k21, {kStrided, kStrided});
   add_rows<Conv2dK, BP_CPU_FLOAT_DTYPES>(t, "conv2d", k31, {kStrided, kStrided, kStrided});
+  add_rows<ConvReluK, BP_DTYPE_F32>(t, "cpu.conv2d_relu", k31, {kStrided, kStrided, kStrided});
+  add_rows<ConvClampK, BP_DTYPE_F32>(t, "cpu.conv2d_clamp", k31, {kStrided, kStrided, kStrided});
 }
 
 }  // namespace backplane::cpu

@@ -426,7 +426,19 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
                                      : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                                        dnnl::algorithm::convolution_direct, src, any_w, dst,
                                                                        strides, dil, pl, pr);
-          p.pd = dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), *g_engine);
+          dnnl::primitive_attr attr = user_scratchpad();
+          if (g.act.kind != Activation::None) {
+            // oneDNN's injector turns NaN into a bound (docs/ops.md keeps it):
+            // the caller asks for a post-op only when no output can be NaN
+            // (linalg.cpp, post_op_safe).
+            dnnl::post_ops po;
+            if (g.act.kind == Activation::Relu)
+              po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+            else
+              po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip_v2, g.act.lo, g.act.hi);
+            attr.set_post_ops(po);
+          }
+          p.pd = dnnl::convolution_forward::primitive_desc(desc, attr, *g_engine);
           if (!fast_impl(p.pd.impl_info_str())) return cp;
           p.prim = dnnl::convolution_forward(p.pd);
           p.rx.make(x_user(n, u), p.pd.src_desc());
@@ -479,8 +491,13 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
     std::string key = "onednn.conv2d";
     for (int64_t v : {g.N, g.C, g.H, g.W, g.O, g.Cg, g.kH, g.kW, g.G, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr,
                       xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], lw.offset, nparts, cparts,
-                      static_cast<int64_t>(d), int64_t{has_bias}})
+                      static_cast<int64_t>(d), int64_t{has_bias}, static_cast<int64_t>(g.act.kind)})
       key.append(",").append(std::to_string(v));
+    if (g.act.kind == Activation::Clip) {
+      char bounds[64];
+      std::snprintf(bounds, sizeof bounds, ",%a,%a", static_cast<double>(g.act.lo), static_cast<double>(g.act.hi));
+      key += bounds;
+    }
     plan = packed::get<ConvPlan>(c, 1, key, [&] { return make_plan(true); });
   } else {
     plan = make_plan(false);

@@ -42,13 +42,22 @@ bool enabled() noexcept;
 bool matmul(const Call& c, bp_dtype dt, const std::vector<std::array<int64_t, 3>>& offs, int64_t M, int64_t N,
             int64_t K, int64_t rsa, int64_t csa, int64_t rsb, int64_t csb);
 
-// conv2d's geometry, as Conv2dK checked it.
+// An activation applied to a convolution's output (the fused vendor ops
+// cpu.conv2d_relu and cpu.conv2d_clamp): relu, or clip to [lo, hi].
+struct Activation {
+  enum Kind { None, Relu, Clip } kind = None;
+  float lo = 0, hi = 0;
+};
+
+// conv2d's geometry, as Conv2dK checked it, and the activation to fuse.
 struct ConvGeom {
   int64_t N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW;
+  Activation act;
 };
 
 // conv2d through oneDNN (x, w and the optional bias as the kernel got them,
-// y dense). Returns false (having written nothing) when not taken.
+// y dense), with g.act as a post-op in its output pass. Returns false
+// (having written nothing) when not taken.
 bool conv2d(const Call& c, bp_dtype dt, const ConvGeom& g);
 
 }  // namespace backplane::cpu::onednn

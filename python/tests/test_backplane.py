@@ -371,3 +371,32 @@ def test_cli_run_profile(tmp_path):
     r = subprocess.run([program, "run", str(tmp_path / "g.json"), "--device", "cpu", "--profile"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "node 'm' (matmul)" in r.stdout and "total" in r.stdout
+
+
+def test_optimize_fuses_conv_relu_and_can_be_turned_off(rt):
+    # conv2d -> relu runs as the CPU plugin's cpu.conv2d_relu (its manifest's
+    # decomposition is the pattern); optimize=False keeps the two nodes. Both
+    # match NumPy's conv + relu.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    w = (rng.standard_normal((4, 3, 3, 3)) * 0.5).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    g = backplane.Graph()
+    g.input("x", "f32", [1, 3, 6, 6])
+    g.constant("w", w)
+    g.constant("b", b)
+    g.node("c", "conv2d", ["x", "w", "b"], {"padding": 1})
+    g.node("y", "relu", ["c"])
+    g.output("y")
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((1, 4, 6, 6))
+    for i in range(6):
+        for j in range(6):
+            want[0, :, i, j] = np.tensordot(w.astype(np.float64), xp[0, :, i:i + 3, j:j + 3], axes=3) + b
+    want = np.maximum(want, 0)
+    fused = rt.compile(g, "cpu")
+    plain = rt.compile(g, "cpu", optimize=False)
+    assert "replaced by cpu.conv2d_relu" in fused.explain()
+    assert "cpu.conv2d_relu" not in plain.explain()
+    for plan in (fused, plain):
+        np.testing.assert_allclose(plan(x=x)["y"], want, rtol=1e-4, atol=1e-5)

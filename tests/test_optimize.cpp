@@ -1,0 +1,227 @@
+// The optimizer's pattern pass (core/src/pass_patterns.cpp) on the real CPU
+// plugin, whose manifest declares cpu.conv2d_relu and cpu.conv2d_clamp with
+// their decompositions: what it replaces, what it refuses and why, and that
+// the fused kernels give the unfused answer (an f64 loop here) on every path
+// of the CPU's convolution (own GEMM, depthwise, Winograd, oneDNN).
+#include <backplane/backplane.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+
+using namespace backplane;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::unique_ptr<Runtime> cpu_runtime() {
+  RuntimeOptions opts;
+  opts.use_environment = false;
+  return Runtime::create(opts);
+}
+
+HostTensor random_tensor(Shape shape, uint32_t seed, double lo = -1, double hi = 1) {
+  HostTensor t(BP_DTYPE_F32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, static_cast<float>(u(rng)));
+  return t;
+}
+
+struct ConvCase {
+  const char* label;
+  Shape x, w;
+  int64_t stride, pad, groups;
+};
+
+// clamp(conv2d(x, w, b), lo, hi) in f64, NaN kept.
+std::vector<double> reference(const ConvCase& c, const HostTensor& x, const HostTensor& w, const HostTensor& b,
+                              double lo, double hi) {
+  const int64_t N = c.x[0], C = c.x[1], H = c.x[2], W = c.x[3], O = c.w[0], Cg = c.w[1], kH = c.w[2], kW = c.w[3];
+  const int64_t OH = (H + 2 * c.pad - kH) / c.stride + 1, OW = (W + 2 * c.pad - kW) / c.stride + 1, Og = O / c.groups;
+  (void)C;
+  std::vector<double> y;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double s = b.get(o);
+          const int64_t g = o / Og;
+          for (int64_t ci = 0; ci < Cg; ++ci)
+            for (int64_t i = 0; i < kH; ++i)
+              for (int64_t j = 0; j < kW; ++j) {
+                const int64_t ih = oh * c.stride - c.pad + i, iw = ow * c.stride - c.pad + j;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const int64_t cin = g * Cg + ci;
+                s += x.get(((n * C + cin) * H + ih) * W + iw) * w.get(((o * Cg + ci) * kH + i) * kW + j);
+              }
+          y.push_back(std::isnan(s) ? s : std::min(std::max(s, lo), hi));
+        }
+  return y;
+}
+
+Graph conv_act_graph(const ConvCase& c, const HostTensor& w, const HostTensor& b, const std::string& act, Json act_params) {
+  Graph g;
+  g.input("x", BP_DTYPE_F32, c.x);
+  g.constant("w", w);
+  g.constant("b", b);
+  g.node("c", "conv2d", {"x", "w", "b"}, {{"stride", c.stride}, {"padding", c.pad}, {"groups", c.groups}});
+  g.node("y", act, {"c"}, std::move(act_params));
+  g.output("y");
+  return g;
+}
+
+bool explains(const Plan& p, const std::string& text) { return p.explain().find(text) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("optimizer: conv2d -> relu/clamp run as the CPU's fused ops and match f64 on every conv path",
+          "[optimize][cpu]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  const ConvCase cases[] = {
+      {"small 3x3 (own GEMM)", {1, 3, 9, 9}, {4, 3, 3, 3}, 1, 1, 1},
+      {"depthwise 3x3 stride 2", {1, 32, 28, 28}, {32, 1, 3, 3}, 2, 1, 32},
+      {"3x3 stride 1, wide (Winograd)", {1, 32, 28, 28}, {32, 32, 3, 3}, 1, 1, 1},
+      {"1x1, large (oneDNN where built)", {1, 64, 28, 28}, {96, 64, 1, 1}, 1, 0, 1},
+  };
+  for (const auto& c : cases) {
+    for (const bool relu : {true, false}) {
+      INFO(c.label << (relu ? " + relu" : " + clamp(-0.25, 0.5)"));
+      HostTensor x = random_tensor(c.x, 1);
+      // NaN in, NaN out, as relu and clamp say: the fused activation must not
+      // turn it into a bound.
+      x.set(5, std::numeric_limits<double>::quiet_NaN());
+      const HostTensor w = random_tensor(c.w, 2, -0.5, 0.5), b = random_tensor({c.w[0]}, 3);
+      const Graph g = relu ? conv_act_graph(c, w, b, "relu", Json::object())
+                           : conv_act_graph(c, w, b, "clamp", {{"min", -0.25}, {"max", 0.5}});
+      Plan fused = rt->compile(g, cpu);
+      CompileOptions plain;
+      plain.optimize = false;
+      Plan unfused = rt->compile(g, cpu, plain);
+      const std::string op = relu ? "cpu.conv2d_relu" : "cpu.conv2d_clamp";
+      CHECK(explains(fused, "node 'y' (" + std::string(relu ? "relu" : "clamp") + ") with 'c': replaced by " + op));
+      CHECK(explains(fused, "y (" + op + ") -> cpu"));
+      CHECK_FALSE(explains(unfused, op));
+      const auto got = fused.run({{"x", x}}).at("y");
+      const auto base = unfused.run({{"x", x}}).at("y");
+      const auto want = reference(c, x, w, b, relu ? 0.0 : -0.25, relu ? INFINITY : 0.5);
+      REQUIRE(got.numel() == static_cast<int64_t>(want.size()));
+      int64_t nans = 0, clipped = 0, bad = 0;
+      for (int64_t i = 0; i < got.numel(); ++i) {
+        const double v = got.get(i), r = want[static_cast<size_t>(i)];
+        if (std::isnan(r)) {
+          ++nans;
+          if (!std::isnan(v) || !std::isnan(base.get(i))) {
+            ++bad;
+            UNSCOPED_INFO("at " << i << ": want NaN, fused " << v << ", unfused " << base.get(i));
+          }
+          continue;
+        }
+        clipped += r == (relu ? 0.0 : 0.5);
+        // docs/ops.md's conv bound: f32 relative 1e-4 of the sum of |terms|,
+        // here at most a few units: 1e-5 absolute is well inside it.
+        bad += !(std::fabs(v - r) <= 1e-5 + 1e-4 * std::fabs(r)) || !(std::fabs(base.get(i) - r) <= 1e-5 + 1e-4 * std::fabs(r));
+      }
+      CHECK(bad == 0);
+      CHECK(nans > 0);     // the NaN reached some outputs...
+      CHECK(clipped > 0);  // ...and the activation bound others
+    }
+  }
+}
+
+TEST_CASE("optimizer: near misses are left alone and explained", "[optimize]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  const ConvCase c{"", {1, 3, 9, 9}, {4, 3, 3, 3}, 1, 1, 1};
+  const HostTensor w = random_tensor(c.w, 2), b = random_tensor({4}, 3);
+
+  SECTION("the convolution's output is also a graph output") {
+    Graph g = conv_act_graph(c, w, b, "relu", Json::object());
+    g.output("c");
+    Plan p = rt->compile(g, cpu);
+    CHECK(explains(p, "not replaced by cpu.conv2d_relu (conv2d -> relu): node 'c' is also used outside the pattern"));
+    CHECK(explains(p, "\n  y (relu) "));
+  }
+  SECTION("a kept value counts as a use") {
+    const Graph g = conv_act_graph(c, w, b, "relu", Json::object());
+    CompileOptions co;
+    co.keep = {"c"};
+    CHECK(explains(rt->compile(g, cpu, co), "node 'c' is also used outside the pattern"));
+  }
+  SECTION("a pinned node stays as written") {
+    Graph g = conv_act_graph(c, w, b, "relu", Json::object());
+    g.pin("y", "cpu");
+    CHECK(explains(rt->compile(g, cpu), "node 'y' is pinned"));
+  }
+  SECTION("no bias: the pattern's three inputs are not there") {
+    Graph g;
+    g.input("x", BP_DTYPE_F32, c.x);
+    g.constant("w", w);
+    g.node("c", "conv2d", {"x", "w"}, {{"padding", 1}});
+    g.node("y", "relu", {"c"});
+    g.output("y");
+    Plan p = rt->compile(g, cpu);
+    CHECK_FALSE(explains(p, "replaced by"));
+    CHECK(explains(p, "\n  y (relu) "));
+  }
+  SECTION("dtypes the fused kernel lacks (f64)") {
+    Graph g;
+    g.input("x", BP_DTYPE_F64, c.x);
+    g.input("w", BP_DTYPE_F64, c.w);
+    g.input("b", BP_DTYPE_F64, {4});
+    g.node("c", "conv2d", {"x", "w", "b"}, {{"padding", 1}});
+    g.node("y", "relu", {"c"});
+    g.output("y");
+    CHECK(explains(rt->compile(g, cpu), "device 'cpu' has no cpu.conv2d_relu kernel for these dtypes"));
+  }
+  SECTION("--optimize none: nothing replaced, nothing noted") {
+    CompileOptions co;
+    co.optimize = false;
+    const Plan p = rt->compile(conv_act_graph(c, w, b, "relu", Json::object()), cpu, co);
+    CHECK_FALSE(explains(p, "cpu.conv2d_relu"));
+  }
+  SECTION("clamp with one bound binds it; the other stays absent") {
+    const Graph g = conv_act_graph(c, w, b, "clamp", {{"max", 0.25}});
+    Plan p = rt->compile(g, cpu);
+    CHECK(explains(p, "replaced by cpu.conv2d_clamp"));
+    const HostTensor x = random_tensor(c.x, 1);
+    const auto got = p.run({{"x", x}}).at("y");
+    const auto want = reference(c, x, w, b, -INFINITY, 0.25);
+    bool below_zero = false;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      CHECK(std::fabs(got.get(i) - want[static_cast<size_t>(i)]) <= 1e-5);
+      below_zero = below_zero || got.get(i) < -0.1;  // no lower bound was made up
+    }
+    CHECK(below_zero);
+  }
+}
+
+TEST_CASE("optimizer: a fused vendor op in a graph runs as written; vendor_kernels off runs its decomposition",
+          "[optimize]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {1, 2, 5, 5});
+  g.constant("w", random_tensor({3, 2, 3, 3}, 4));
+  g.constant("b", random_tensor({3}, 5));
+  g.node("y", "cpu.conv2d_clamp", {"x", "w", "b"}, {{"padding", 1}, {"min", 0}, {"max", 0.5}});
+  g.output("y");
+  const HostTensor x = random_tensor({1, 2, 5, 5}, 6);
+  Plan own = rt->compile(g, cpu);
+  CHECK(explains(own, "y (cpu.conv2d_clamp) -> cpu"));
+  CompileOptions co;
+  co.vendor_kernels = false;
+  Plan decomposed = rt->compile(g, cpu, co);
+  CHECK(explains(decomposed, "y/c (conv2d)"));
+  CHECK(explains(decomposed, "y/y (clamp)"));
+  const auto a = own.run({{"x", x}}).at("y"), d = decomposed.run({{"x", x}}).at("y");
+  for (int64_t i = 0; i < a.numel(); ++i) CHECK(std::fabs(a.get(i) - d.get(i)) <= 1e-6);
+  // A misspelt param reaches the kernel's SDK reader only if the host let it
+  // through: the manifest's declaration refuses it first, naming it.
+  g.node("z", "cpu.conv2d_relu", {"x", "w", "b"}, {{"paddding", 1}});
+  CHECK_THROWS_WITH(rt->compile(g, cpu), Contains("paddding"));
+}
