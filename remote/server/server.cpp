@@ -8,6 +8,8 @@
 #include "codec.hpp"
 #include "plugin.hpp"  // the core's Plugin/Device internals (core/src)
 #include "validate.hpp"
+#include "input_files.hpp"  // parse_json_bounded (core/src)
+#include "vendor_ops.hpp"   // decompositions (core/src)
 
 #include <backplane/sdk/dtype.hpp>
 
@@ -66,9 +68,10 @@ struct Watch {
 
 class Service final : public Remote::Service {
  public:
-  Service(std::vector<std::unique_ptr<ServedDevice>>& devices, const ServerOptions& options, Watch& watch,
-          std::atomic<int64_t>* progress, char* shm, uint64_t shm_size)
-      : devices_(devices), options_(options), watch_(watch), progress_(progress), shm_(shm), shm_size_(shm_size) {}
+  Service(Runtime& runtime, std::vector<std::unique_ptr<ServedDevice>>& devices, const ServerOptions& options,
+          Watch& watch, std::atomic<int64_t>* progress, char* shm, uint64_t shm_size)
+      : runtime_(runtime), devices_(devices), options_(options), watch_(watch), progress_(progress), shm_(shm),
+        shm_size_(shm_size) {}
 
   grpc::Status Session(grpc::ServerContext* context, grpc::ServerReaderWriter<Response, Request>* stream) override;
 
@@ -103,6 +106,13 @@ class Service final : public Remote::Service {
   char* shared(uint64_t offset, uint64_t size) const;
   void release(State& st);
 
+  // A vendor op's output type from its manifest's decomposition, for plugins
+  // without infer_custom_op (the CPU plugin's fused ops).
+  std::string infer_by_decomposition(const std::string& op, const std::vector<bp_dtype>& dts,
+                                     const std::vector<bp_layout>& ls, const bp_op_params& p, bp_dtype& odt,
+                                     bp_layout& ol) const;
+
+  Runtime& runtime_;
   std::vector<std::unique_ptr<ServedDevice>>& devices_;
   const ServerOptions& options_;
   Watch& watch_;
@@ -369,6 +379,42 @@ char* Service::shared(uint64_t offset, uint64_t size) const {
   return shm_ + offset;
 }
 
+std::string Service::infer_by_decomposition(const std::string& op, const std::vector<bp_dtype>& dts,
+                                            const std::vector<bp_layout>& ls, const bp_op_params& p, bp_dtype& odt,
+                                            bp_layout& ol) const {
+  const VendorOpInfo* decl = runtime_.vendor_op(op);
+  if (!decl || !decl->has_decomposition() || decl->outputs.size() != 1)
+    return "its plugin gives no shape inference and no manifest gives a one-output decomposition";
+  try {
+    Node node;
+    node.name = "call";
+    node.op = op;
+    node.params = detail::parse_json_bounded(std::string(p.u.custom.json.data ? p.u.custom.json.data : "",
+                                                         p.u.custom.json.len),
+                                             "");
+    std::vector<std::pair<bp_dtype, Shape>> in;
+    for (size_t i = 0; i < dts.size(); ++i) {
+      node.inputs.push_back("in" + std::to_string(i));
+      in.emplace_back(dts[i], Shape(ls[i].shape, ls[i].shape + std::min<uint32_t>(ls[i].rank, BP_MAX_RANK)));
+    }
+    const auto out = detail::decomposition_output_types(*decl, node, in);
+    const Shape& s = out.at(0).second;
+    if (s.size() > BP_MAX_RANK) return "its decomposition gives a rank above 8";
+    odt = out[0].first;
+    ol = bp_layout{};
+    ol.rank = static_cast<uint32_t>(s.size());
+    int64_t stride = 1;
+    for (size_t k = s.size(); k-- > 0;) {
+      ol.shape[k] = s[k];
+      ol.strides[k] = stride;
+      stride *= std::max<int64_t>(s[k], 1);
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
 std::optional<Response> Service::batch_writes(State& st, const Batch& b) {
   for (const auto& w : b.writes()) {
     const void* src = w.data().data();
@@ -422,6 +468,11 @@ std::optional<Response> Service::batch_calls(State& st, const Batch& b, std::vec
                                                ls.size(), &p, &odt, &ol))
           return take(*d.plugin, e);
         return {};
+      };
+    else
+      ctx.infer_custom = [this](const std::string& op, const std::vector<bp_dtype>& dts, const std::vector<bp_layout>& ls,
+                                const bp_op_params& p, bp_dtype& odt, bp_layout& ol) {
+        return infer_by_decomposition(op, dts, ls, p, odt, ol);
       };
     CheckedCall cc;
     if (auto e = check_call(c, ctx, cc); !e.empty())
@@ -666,7 +717,7 @@ int serve(Runtime& runtime, const ServerOptions& options) {
     shm = static_cast<char*>(m);
   }
   Watch watch;
-  Service service(devices, options, watch, progress, shm, options.shm_size);
+  Service service(runtime, devices, options, watch, progress, shm, options.shm_size);
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (tls) {
