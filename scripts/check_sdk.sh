@@ -45,8 +45,16 @@ if "$bp" devices --load | grep -q '^vulkan0'; then
   "$bp" run examples/acme_plugin/mixed_graph.json --device acme0,vulkan0,cpu --explain --out "$OOT/mixed_acme_vulkan_cpu"
   lists+=("mixed_acme_vulkan_cpu")
 fi
-for l in "${lists[@]}"; do
-  /usr/bin/python3 - "$OOT/mixed_cpu" "$OOT/$l" <<'PY'
+echo "== acme.swiglu found by pattern where a graph spells it out (slice, silu, mul); a shifted slice is a near miss =="
+"$bp" run examples/acme_plugin/swiglu_spelled_out.json --device acme0,cpu --explain --out "$OOT/spelled_acme_cpu" |
+  tee "$OOT/spelled_explain.txt"
+grep -q "node 'h' (mul) with .*: replaced by acme.swiglu on acme0" "$OOT/spelled_explain.txt"
+grep -q "h (acme.swiglu) *-> acme0" "$OOT/spelled_explain.txt"
+grep -q "node 'near' (mul): not replaced by acme.swiglu .*node 'shifted' has params the decomposition does not give" \
+  "$OOT/spelled_explain.txt"
+"$bp" run examples/acme_plugin/swiglu_spelled_out.json --device cpu --optimize none --out "$OOT/spelled_cpu" >/dev/null
+compare_outputs() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
 import os, sys
 import numpy as np
 ref, got = sys.argv[1], sys.argv[2]
@@ -59,6 +67,10 @@ for name in sorted(os.listdir(ref)):
         assert np.array_equal(a, b), (name, a, b)
 print(f"{os.path.basename(got)}: every output matches the CPU alone")
 PY
+}
+compare_outputs "$OOT/spelled_cpu" "$OOT/spelled_acme_cpu"
+for l in "${lists[@]}"; do
+  compare_outputs "$OOT/mixed_cpu" "$OOT/$l"
 done
 "$OOT/host_app/host_app"
 BACKPLANE_DEVICE=acme0 "$OOT/host_app/host_app" examples/acme_plugin/swiglu_graph.json | tee "$OOT/host_app.txt"

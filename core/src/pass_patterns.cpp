@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -138,8 +139,23 @@ class Substituter {
   struct Typed {
     ValueType type;
     bp_op_params params{};
-    bool kernel = false;
+    OpClass cls = OpClass::Kernel;
+    // Views (slice, permute, ...): their params live here, not in `params`.
+    std::function<std::optional<Layout>(const Layout&)> view;
+    Shape in_shape;  // input 0's, to probe `view` with
   };
+
+  // Whether two inferences of one op agree: typed params, and for views
+  // the layout each makes of the same dense input (a slice's start and step
+  // are not in bp_op_params).
+  static bool same_node(const InferredNode& r, const Typed& t) {
+    if (r.cls != t.cls || r.out.dtype != t.type.dtype || r.out.shape != t.type.shape || !same_params(r.params, t.params))
+      return false;
+    if (!r.view && !t.view) return true;
+    if (!r.view || !t.view) return false;
+    const Layout probe = Layout::contiguous(t.in_shape);
+    return r.view(probe) == t.view(probe);
+  }
 
   // Types and typed params of every standard node whose inputs are known;
   // anything the core cannot infer here (a vendor op, a bad graph: lowering
@@ -164,7 +180,7 @@ class Substituter {
       if (!known) continue;
       try {
         InferredNode r = infer_node(n, in);
-        typed_[i] = {r.out, r.params, r.cls == OpClass::Kernel};
+        typed_[i] = {r.out, r.params, r.cls, r.view, !in.empty() && in[0] ? in[0]->shape : Shape{}};
         types_[n.name] = r.out;
       } catch (const std::exception&) {
       }
@@ -292,7 +308,7 @@ class Substituter {
         if (pi == p.index.end()) continue;
         const size_t gi = m.node_of.at(pi->second);
         const Typed& t = typed_.at(gi);
-        if (r.out.dtype != t.type.dtype || r.out.shape != t.type.shape || !same_params(r.params, t.params)) {
+        if (!same_node(r, t)) {
           why = "node '" + nodes[gi].name + "' has params the decomposition does not give (" + nodes[gi].params.dump() +
                 ")";
           return std::nullopt;
