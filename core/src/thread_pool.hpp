@@ -1,11 +1,20 @@
 // The host's thread pool behind bp_host_api::parallel_for. One pool per
 // Runtime, shared by every plugin, so plugins do not each spawn a thread per
 // core.
+//
+// A plan calls parallel_for many times in quick succession (each kernel,
+// often several times), so waking sleeping workers through the kernel each
+// time (a futex wake costs tens of microseconds on a small VM, more than a
+// whole 128K-element add) would dominate. Workers therefore spin briefly
+// after a job, watching for the next one, and only then sleep; the caller
+// signals the condition variable only when a worker sleeps. Chunks are
+// claimed lock-free: one atomic word holds the job's generation and the next
+// chunk, so a worker can never run a chunk of one job with another's fields.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -25,21 +34,24 @@ class ThreadPool {
   void parallel_for(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t), void* user);
 
  private:
-  void worker(unsigned index);
+  void worker();
+  // Claims and runs chunks of job `gen` until none is left or the job changed.
+  void run_chunks(uint64_t gen);
 
   unsigned threads_;
   std::vector<std::thread> workers_;
   std::mutex submit_;  // one parallel_for at a time on the pool
+  // The current job: generation in the high 32 bits, next chunk in the low.
+  std::atomic<uint64_t> state_{0};
+  std::atomic<void (*)(void*, int64_t, int64_t)> fn_{nullptr};
+  std::atomic<void*> user_{nullptr};
+  std::atomic<int64_t> n_{0}, chunks_{0};
+  std::atomic<int64_t> pending_{0};  // chunks not yet finished
+  // Sleeping workers wait here; the caller notifies only when sleepers_ > 0.
   std::mutex m_;
-  std::condition_variable wake_, done_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  // The current job.
-  void (*fn_)(void*, int64_t, int64_t) = nullptr;
-  void* user_ = nullptr;
-  int64_t n_ = 0, chunks_ = 0;
-  int64_t next_chunk_ = 0;
-  int64_t pending_ = 0;
+  std::condition_variable wake_;
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
 };
 
 // The number of cores this process may use (sched affinity).
