@@ -28,7 +28,8 @@ Isa isa();
 
 void register_elementwise(sdk::KernelTable& t);
 void register_reduce(sdk::KernelTable& t);
-void register_linalg(sdk::KernelTable& t);
+void register_linalg(sdk::KernelTable& t);  // matmul, then register_conv
+void register_conv(sdk::KernelTable& t);    // conv2d and the fused convolutions (conv.cpp)
 void register_pool(sdk::KernelTable& t);
 void register_index(sdk::KernelTable& t);
 void register_scan(sdk::KernelTable& t);
