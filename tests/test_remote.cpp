@@ -478,6 +478,46 @@ TEST_CASE("serve: refuses plain TCP, open interfaces and missing tokens", "[remo
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("serve: a live unix socket is not taken over; a stale one is reused; a file is never replaced",
+          "[remote]") {
+  Server first;
+  // Runs `serve --unix PATH` for at most 3 s (killed by timeout once it
+  // listens); its exit code and output.
+  auto serve_on = [&](const std::string& path) {
+    const std::string out = first.dir + "/second";
+    const std::string cmd = "timeout 3 " + kBin + " serve --unix " + path + " --token-file " + first.dir +
+                            "/token --plugin cpu > " + out + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream f(out);
+    return std::make_pair(WEXITSTATUS(rc), std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()));
+  };
+  auto [rc, out] = serve_on(first.socket);
+  CHECK(rc == 1);
+  CHECK_THAT(out, Catch::Contains("another server is listening on unix socket " + first.socket));
+  // The first server still has its socket and serves.
+  {
+    Env env;
+    auto rt = served_runtime(first, env);
+    check_small(rt->run_graph(small_graph(), rt->device("cpu@" + first.address()), small_inputs()));
+  }
+  // Killed without clean-up, it leaves a socket nobody listens on: reused.
+  first.kill_now();
+  REQUIRE(std::filesystem::is_socket(first.socket));
+  auto [rc2, out2] = serve_on(first.socket);
+  CHECK(rc2 == 124);  // it listened until the timeout stopped it
+  CHECK_THAT(out2, Catch::Contains("listening"));
+  // A regular file at the path is left alone.
+  const std::string file = first.dir + "/notes.txt";
+  std::ofstream(file) << "keep me\n";
+  auto [rc3, out3] = serve_on(file);
+  CHECK(rc3 == 1);
+  CHECK_THAT(out3, Catch::Contains("exists and is not a socket"));
+  std::ifstream kept(file);
+  std::string line;
+  std::getline(kept, line);
+  CHECK(line == "keep me");
+}
+
 TEST_CASE("isolation: a kernel that segfaults is an error naming plugin, kernel and node", "[remote][isolation]") {
   auto rt = runtime({std::string(BACKPLANE_FIXTURE_DIR) + "/isolated"});
   Graph g = small_graph();

@@ -16,11 +16,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cstring>
 #include <chrono>
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/mman.h>
 #include <csignal>
 #include <cstdio>
@@ -640,6 +643,32 @@ std::optional<Response> Service::batch_reads(State& st, const Batch& b, BatchRep
   return std::nullopt;
 }
 
+// gRPC unlinks whatever is at a unix listening path before it binds, so a
+// second server would silently take a live one's socket over. Refuse a path
+// where a server answers; remove a stale socket nobody listens on; never
+// touch anything that is not a socket.
+void claim_unix_path(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return;  // nothing there
+  if (!S_ISSOCK(st.st_mode))
+    throw Error("serve: --unix " + path + " exists and is not a socket; not replacing it");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) throw Error("serve: --unix " + path + ": the path is too long for a unix socket");
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error("serve: cannot create a socket to probe " + path);
+  const bool live = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (live)
+    throw Error("serve: another server is listening on unix socket " + path +
+                "; stop it or choose another path (not taking it over)");
+  if (err != ECONNREFUSED && err != ENOENT)
+    throw Error("serve: cannot tell whether unix socket " + path + " is in use: " + std::strerror(err));
+  ::unlink(path.c_str());  // stale: its server is gone
+}
+
 bool loopback_host(const std::string& hostport) {
   return hostport.rfind("127.0.0.1:", 0) == 0 || hostport.rfind("[::1]:", 0) == 0;
 }
@@ -728,6 +757,7 @@ int serve(Runtime& runtime, const ServerOptions& options) {
     creds = grpc::InsecureServerCredentials();
   }
   int port = 0;
+  if (!options.unix_path.empty()) claim_unix_path(options.unix_path);
   const std::string address = options.unix_path.empty() ? options.listen : "unix:" + options.unix_path;
   builder.AddListeningPort(address, creds, options.unix_path.empty() ? &port : nullptr);
   builder.RegisterService(&service);
