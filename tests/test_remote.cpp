@@ -478,6 +478,43 @@ TEST_CASE("serve: refuses plain TCP, open interfaces and missing tokens", "[remo
   std::filesystem::remove_all(dir);
 }
 
+// A server that takes the session's first request and never answers.
+class SilentService final : public rp::Remote::Service {
+ public:
+  grpc::Status Session(grpc::ServerContext* ctx, grpc::ServerReaderWriter<rp::Response, rp::Request>* stream) override {
+    rp::Request req;
+    stream->Read(&req);
+    for (int i = 0; i < 3000 && !ctx->IsCancelled(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return grpc::Status::CANCELLED;
+  }
+};
+
+TEST_CASE("remote: a server that never answers hello is an error after the deadline, not a hang", "[remote]") {
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/silent";
+  std::ofstream(dir + "/token") << "0123456789abcdef0123456789abcdef\n";
+  SilentService service;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server);
+  {
+    Env env;
+    env.set("BACKPLANE_REMOTE", "unix:" + path);
+    env.set("BACKPLANE_REMOTE_TOKEN_FILE", dir + "/token");
+    env.set("BACKPLANE_REMOTE_HELLO_MS", "300");
+    auto rt = runtime();
+    // Before: the remote plugin's initialize waited on the hello forever.
+    CHECK_THROWS_WITH(rt->device("cpu@unix:" + path),
+                      Catch::Contains("unix:" + path) && Catch::Contains("did not answer hello within 300 ms"));
+    // The host and its other plugins are intact.
+    check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("serve: a live unix socket is not taken over; a stale one is reused; a file is never replaced",
           "[remote]") {
   Server first;

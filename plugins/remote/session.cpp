@@ -4,6 +4,8 @@
 // their call.
 #include "remote_impl.hpp"
 
+#include <condition_variable>
+
 namespace bp_remote {
 
 // ---- errors that know which call failed --------------------------------------------------------
@@ -50,6 +52,19 @@ std::string trim(std::string s) {
 
 // ---- connecting ---------------------------------------------------------------------------------
 
+// How long a server may take to answer hello: BACKPLANE_REMOTE_HELLO_MS
+// (1 ms .. 10 min), default 10 s.
+namespace {
+std::chrono::milliseconds hello_deadline() {
+  if (const char* e = std::getenv("BACKPLANE_REMOTE_HELLO_MS"); e && *e) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (end && *end == 0 && v >= 1 && v <= 600000) return std::chrono::milliseconds(v);
+  }
+  return std::chrono::seconds(10);
+}
+}  // namespace
+
 void Instance::connect(Server& s) {
   if (isolated_) {
     stop_child(s);
@@ -88,7 +103,39 @@ void Instance::connect(Server& s) {
   s.outstanding = 0;
   Request req;
   req.mutable_hello()->set_protocol(kProtocolVersion);
-  Response r = exchange(s, req);
+  // A server that accepts the stream and never answers must not hang the
+  // host (`backplane devices --load`, every `--device auto` run): the hello
+  // has a deadline, after which a watchdog cancels the stream.
+  const std::chrono::milliseconds limit = hello_deadline();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool answered = false, timed_out = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!cv.wait_for(lk, limit, [&] { return answered; })) {
+      timed_out = true;
+      s.context->TryCancel();
+    }
+  });
+  auto stop_watchdog = [&] {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      answered = true;
+    }
+    cv.notify_all();
+    watchdog.join();
+  };
+  Response r;
+  try {
+    r = exchange(s, req);
+  } catch (...) {
+    stop_watchdog();
+    if (timed_out)
+      throw sdk::Error(BP_ERR_UNAVAILABLE, s.address + ": the server accepted the session but did not answer hello within " +
+                                               std::to_string(limit.count()) + " ms (BACKPLANE_REMOTE_HELLO_MS)");
+    throw;
+  }
+  stop_watchdog();
   if (!r.has_hello()) throw sdk::Error(BP_ERR_INTERNAL, s.address + ": the server did not answer hello");
   // The server is not trusted either: bounded, well-formed tables only.
   const auto& h = r.hello();
