@@ -6,7 +6,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <map>
 #include <thread>
 
 using namespace backplane;
@@ -31,12 +34,40 @@ Graph mix_graph(int64_t rows) {
   g.node("y", "softmax", {"a"}, {{"dim", -1}});
   g.node("s", "sum", {"y"}, {{"dims", {-1}}});
   g.output("s");
+  g.output("a");
+  g.output("y");
   return g;
+}
+
+// Elements of a run's outputs that differ from mix_graph's answer for (x, k)
+// computed here in f64: a = x * k + x exactly as f32 rounds it (two
+// roundings), y = softmax(a) per row (relative 1e-5), s = 1. A thread given
+// another's results, or a corrupted mul or add, is caught element by element.
+int mismatches(const HostTensor& x, const HostTensor& k, std::map<std::string, HostTensor>& out) {
+  const int64_t rows = x.shape[0], n = x.shape[1];
+  int bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> a(static_cast<size_t>(n));
+    double mx = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < n; ++c) {
+      const float m = static_cast<float>(x.get(r * n + c)) * static_cast<float>(k.get(c));
+      a[static_cast<size_t>(c)] = static_cast<float>(m + static_cast<float>(x.get(r * n + c)));
+      mx = std::max(mx, a[static_cast<size_t>(c)]);
+    }
+    for (double v : a) sum += std::exp(v - mx);
+    for (int64_t c = 0; c < n; ++c) {
+      bad += out["a"].get(r * n + c) != a[static_cast<size_t>(c)];
+      const double y = std::exp(a[static_cast<size_t>(c)] - mx) / sum;
+      bad += !(std::abs(out["y"].get(r * n + c) - y) <= 1e-5 * y + 1e-9);
+    }
+    bad += !(std::abs(out["s"].get(r) - 1.0) <= 1e-4);
+  }
+  return bad;
 }
 
 HostTensor filled(Shape shape, float v) {
   HostTensor t(BP_DTYPE_F32, std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v + static_cast<float>(i % 7) * 0.01f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v + static_cast<float>(i % 7) * 0.01f + static_cast<float>(i % 13) * 0.001f);
   return t;
 }
 
@@ -55,8 +86,7 @@ TEST_CASE("plans compiled and run concurrently on one runtime", "[concurrency]")
         const HostTensor x = filled({64 + 16 * t, 256}, static_cast<float>(t));
         for (int i = 0; i < 20; ++i) {
           auto out = p.run({{"x", x}, {"k", shared_k}});
-          for (int64_t r = 0; r < out["s"].numel(); ++r)
-            if (std::abs(out["s"].get(r) - 1.0) > 1e-4) ++bad;  // softmax rows sum to 1
+          bad += mismatches(x, shared_k, out);
         }
       } catch (const std::exception&) {
         ++bad;
@@ -78,8 +108,7 @@ TEST_CASE("one plan across two devices run from several threads", "[concurrency]
       const HostTensor k = filled({256}, 0.25f * static_cast<float>(t));
       for (int i = 0; i < 20; ++i) {
         auto out = p.run({{"x", x}, {"k", k}});
-        for (int64_t r = 0; r < out["s"].numel(); ++r)
-          if (std::abs(out["s"].get(r) - 1.0) > 1e-4) ++bad;
+        bad += mismatches(x, k, out);
       }
     });
   for (auto& th : threads) th.join();
@@ -98,7 +127,11 @@ TEST_CASE("separate calls on one plan from several threads stay consistent", "[c
       for (int i = 0; i < 30; ++i) {
         if (t == 0) p.set_input("x", x);
         else if (t == 1) p.execute();
-        else if (std::abs(p.output("s").get(0) - 1.0) > 1e-4) ++bad;
+        else {
+          // x never changes here, so every run gives the same answer.
+          std::map<std::string, HostTensor> out = {{"a", p.output("a")}, {"y", p.output("y")}, {"s", p.output("s")}};
+          bad += mismatches(x, k, out);
+        }
       }
     });
   for (auto& th : threads) th.join();
