@@ -281,15 +281,22 @@ TEST_CASE("every op of the reference has registered cases", "[ops][conformance]"
   }
 }
 
-TEST_CASE("the suite catches a flawed plugin", "[ops][conformance][selftest]") {
-#ifndef BACKPLANE_CONFORMANCE_FLAWED_DIR
-  WARN("the flawed self-test plugin is not built; skipped");
-#else
+#ifdef BACKPLANE_CONFORMANCE_FLAWED_DIR
+// A runtime that sees only the flawed self-test plugin.
+static std::unique_ptr<backplane::Runtime> flawed_runtime() {
   backplane::RuntimeOptions ro;
   ro.plugin_paths = {BACKPLANE_CONFORMANCE_FLAWED_DIR};
   ro.use_default_path = false;
   ro.use_environment = false;
-  auto rt = backplane::Runtime::create(ro);
+  return backplane::Runtime::create(ro);
+}
+#endif
+
+TEST_CASE("the suite catches a flawed plugin", "[ops][conformance][selftest]") {
+#ifndef BACKPLANE_CONFORMANCE_FLAWED_DIR
+  WARN("the flawed self-test plugin is not built; skipped");
+#else
+  auto rt = flawed_runtime();
   Device& dev = rt->device("flawed0");
   bc::Options o;
   o.large = false;
@@ -358,11 +365,7 @@ TEST_CASE("expected failures: listed flaws do not fail the run, a listed pass or
 #ifndef BACKPLANE_CONFORMANCE_FLAWED_DIR
   WARN("the flawed self-test plugin is not built; skipped");
 #else
-  backplane::RuntimeOptions ro;
-  ro.plugin_paths = {BACKPLANE_CONFORMANCE_FLAWED_DIR};
-  ro.use_default_path = false;
-  ro.use_environment = false;
-  auto rt = backplane::Runtime::create(ro);
+  auto rt = flawed_runtime();
   Device& dev = rt->device("flawed0");
   // The list the build placed beside the manifest, found the way the tool finds it.
   const auto manifest = std::filesystem::path(BACKPLANE_CONFORMANCE_FLAWED_DIR) / "flawed.json";
