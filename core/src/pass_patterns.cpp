@@ -200,20 +200,35 @@ class Substituter {
     if (din.size() != gin.size()) return false;
     m.node_of[pi] = gi;
     const auto& vin = p.decl->inputs;
-    for (size_t k = 0; k < din.size(); ++k) {
-      if (din[k].empty() != gin[k].empty()) return false;
-      if (din[k].empty()) continue;
-      if (std::find(vin.begin(), vin.end(), din[k]) != vin.end()) {
-        auto [it, fresh] = m.input_of.emplace(din[k], gin[k]);
-        if (!fresh && it->second != gin[k]) return false;
-        continue;
+    auto inputs_match = [&](const std::vector<std::string>& order, Match& mm) {
+      for (size_t k = 0; k < din.size(); ++k) {
+        if (din[k].empty() != order[k].empty()) return false;
+        if (din[k].empty()) continue;
+        if (std::find(vin.begin(), vin.end(), din[k]) != vin.end()) {
+          auto [it, fresh] = mm.input_of.emplace(din[k], order[k]);
+          if (!fresh && it->second != order[k]) return false;
+          continue;
+        }
+        auto local = p.index.find(din[k]);
+        auto prod = producer_.find(order[k]);
+        if (local == p.index.end() || prod == producer_.end()) return false;
+        if (!structure(p, local->second, prod->second, mm, role)) return false;
       }
-      auto local = p.index.find(din[k]);
-      auto prod = producer_.find(gin[k]);
-      if (local == p.index.end() || prod == producer_.end()) return false;
-      if (!structure(p, local->second, prod->second, m, role)) return false;
+      return true;
+    };
+    // A commutative binary op matches its operands in either order
+    // (exporters write Add(bias, x) as often as Add(x, bias)).
+    static const std::set<std::string> commutative = {"add", "mul", "maximum", "minimum", "eq", "ne"};
+    if (din.size() == 2 && commutative.count(gn.op)) {
+      Match swapped = m;
+      if (inputs_match(gin, m)) return true;
+      if (inputs_match({gin[1], gin[0]}, swapped)) {
+        m = std::move(swapped);
+        return true;
+      }
+      return false;
     }
-    return true;
+    return inputs_match(gin, m);
   }
 
   // The checks after the structure matched; the vendor node, or why not.

@@ -4,7 +4,8 @@
 // subgraph becomes one node of that op:
 //
 //   - the same ops with the same wiring, anchored at the decomposition's
-//     output node (single-output vendor ops);
+//     output node (single-output vendor ops); a commutative binary op
+//     (add, mul, maximum, minimum, eq, ne) in either operand order;
 //   - every vendor input bound to one graph value, consistently;
 //   - params bound from "$name" entries, and then proven: the decomposition
 //     instantiated with the bound params must infer, node by node, exactly
