@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -475,6 +477,33 @@ TEST_CASE("serve: refuses plain TCP, open interfaces and missing tokens", "[remo
   auto [rc3, out3] = serve("--unix " + dir + "/s");
   CHECK(rc3 != 0);
   CHECK_THAT(out3, Catch::Contains("token"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("remote: an address nobody serves is refused after the connect deadline, with a TLS hint", "[remote]") {
+  // A loopback port that was free a moment ago: bind, read the port, close.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/token") << "0123456789abcdef0123456789abcdef\n";
+  Env env;
+  env.set("BACKPLANE_REMOTE", address);
+  env.set("BACKPLANE_REMOTE_TOKEN_FILE", dir + "/token");
+  env.set("BACKPLANE_REMOTE_CONNECT_MS", "300");
+  auto rt = runtime();
+  // Before: "cannot connect to ... within 10 s" and nothing about TLS.
+  CHECK_THROWS_WITH(rt->device("cpu@" + address),
+                    Catch::Contains("cannot connect to " + address + " within 300 ms") &&
+                        Catch::Contains("spoke plain TCP") && Catch::Contains("BACKPLANE_REMOTE_CA_FILE"));
+  check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
   std::filesystem::remove_all(dir);
 }
 

@@ -52,17 +52,19 @@ std::string trim(std::string s) {
 
 // ---- connecting ---------------------------------------------------------------------------------
 
-// How long a server may take to answer hello: BACKPLANE_REMOTE_HELLO_MS
-// (1 ms .. 10 min), default 10 s.
 namespace {
-std::chrono::milliseconds hello_deadline() {
-  if (const char* e = std::getenv("BACKPLANE_REMOTE_HELLO_MS"); e && *e) {
+// A deadline from the environment (1 ms .. 10 min), default 10 s:
+// BACKPLANE_REMOTE_CONNECT_MS to connect, BACKPLANE_REMOTE_HELLO_MS for the
+// server's answer to hello.
+std::chrono::milliseconds deadline_from(const char* variable) {
+  if (const char* e = std::getenv(variable); e && *e) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
     if (end && *end == 0 && v >= 1 && v <= 600000) return std::chrono::milliseconds(v);
   }
   return std::chrono::seconds(10);
 }
+std::chrono::milliseconds hello_deadline() { return deadline_from("BACKPLANE_REMOTE_HELLO_MS"); }
 }  // namespace
 
 void Instance::connect(Server& s) {
@@ -87,8 +89,18 @@ void Instance::connect(Server& s) {
     creds = grpc::InsecureChannelCredentials();
   }
   s.channel = grpc::CreateCustomChannel(s.address, creds, args);
-  if (!s.channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)))
-    throw sdk::Error(BP_ERR_UNAVAILABLE, "cannot connect to " + s.address + " within 10 s");
+  const std::chrono::milliseconds connect_limit = deadline_from("BACKPLANE_REMOTE_CONNECT_MS");
+  if (!s.channel->WaitForConnected(std::chrono::system_clock::now() + connect_limit)) {
+    // Plain TCP against a TLS server fails the same way as no server at all:
+    // say which of the two this client spoke.
+    std::string hint;
+    if (s.address.rfind("unix:", 0) != 0)
+      hint = s.ca_pem.empty() ? " (this client spoke plain TCP: if the server uses TLS, set BACKPLANE_REMOTE_CA_FILE "
+                                "to its certificate)"
+                              : " (over TLS: is the server up, and is BACKPLANE_REMOTE_CA_FILE its certificate?)";
+    throw sdk::Error(BP_ERR_UNAVAILABLE, "cannot connect to " + s.address + " within " +
+                                             std::to_string(connect_limit.count()) + " ms" + hint);
+  }
   s.stub = Remote::NewStub(s.channel);
   s.context = std::make_unique<grpc::ClientContext>();
   s.context->AddMetadata(kTokenKey, s.token);
