@@ -78,7 +78,6 @@ class Substituter {
       for (const auto& in : n.inputs)
         if (!in.empty()) ++uses_[in];
     }
-    infer_all();
   }
 
   PatternResult run() {
@@ -90,6 +89,10 @@ class Substituter {
         if (k.op.find('.') != std::string::npos && seen.insert(k.op).second)
           if (auto p = make_pattern(rt_.vendor_op(k.op))) patterns.push_back(std::move(*p));
     }
+    // No pattern on this device (Vulkan, most plugins): nothing to infer, the
+    // graph's nodes stay as they are (r.nodes empty, r.substituted 0).
+    if (patterns.empty()) return r;
+    infer_all();
     // Larger patterns first: conv2d -> add -> relu before conv2d -> relu.
     std::stable_sort(patterns.begin(), patterns.end(),
                      [](const Pattern& a, const Pattern& b) { return a.nodes.size() > b.nodes.size(); });
@@ -97,7 +100,7 @@ class Substituter {
     std::vector<int> role(nodes.size(), 0);  // 0 kept, 1 anchor (replaced), 2 absorbed
     std::map<size_t, Node> replacement;
     size_t near_misses = 0;
-    for (size_t gi = 0; !patterns.empty() && gi < nodes.size(); ++gi) {
+    for (size_t gi = 0; gi < nodes.size(); ++gi) {
       for (const Pattern& p : patterns) {
         const Json& out_node = *p.nodes[p.out];
         if (out_node["op"] != nodes[gi].op) continue;
@@ -126,6 +129,7 @@ class Substituter {
     }
     if (near_misses > kMaxNearMissNotes)
       r.notes.push_back(std::to_string(near_misses - kMaxNearMissNotes) + " more near misses not listed");
+    if (r.substituted == 0) return r;
     for (size_t gi = 0; gi < nodes.size(); ++gi) {
       if (role[gi] == 1)
         r.nodes.push_back(std::move(replacement[gi]));

@@ -29,7 +29,7 @@
 namespace backplane::detail {
 
 struct PatternResult {
-  std::vector<Node> nodes;         // the graph's nodes with the matches replaced
+  std::vector<Node> nodes;         // the graph's nodes with the matches replaced (only when substituted > 0)
   std::vector<std::string> notes;  // substitutions and near misses, for explain()
   int substituted = 0;
 };

@@ -502,10 +502,10 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
   try {
     const auto t0 = std::chrono::steady_clock::now();
     // Passes before lowering (CompileOptions::optimize).
-    const bool patterns_pass = options.optimize && options.vendor_kernels;
     detail::PatternResult patterns;
-    if (patterns_pass) patterns = detail::substitute_patterns(*this, graph, devices, options.keep);
-    Lowered l = detail::lower(*this, graph, devices, options.keep, patterns_pass ? &patterns.nodes : nullptr,
+    if (options.optimize && options.vendor_kernels)
+      patterns = detail::substitute_patterns(*this, graph, devices, options.keep);
+    Lowered l = detail::lower(*this, graph, devices, options.keep, patterns.substituted ? &patterns.nodes : nullptr,
                               options.vendor_kernels);
     l.notes.insert(l.notes.begin(), patterns.notes.begin(), patterns.notes.end());
     detail::place(l);
