@@ -470,8 +470,7 @@ template <class T> void activate(const Call& c, const onednn::Activation& act) {
   if (act.kind == onednn::Activation::None) return;
   T* y = c.out_data<T>();
   const int64_t n = sdk::numel(c.out_layout());
-  const float lo = act.kind == onednn::Activation::Relu ? 0.0f : act.lo;
-  const float hi = act.kind == onednn::Activation::Relu ? INFINITY : act.hi;
+  const float lo = act_bounds(act).first, hi = act_bounds(act).second;
   pfor(c, n, kGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const auto v = ld(y[i]);

@@ -430,7 +430,7 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
           if (g.act.kind != Activation::None) {
             // oneDNN's injector turns NaN into a bound (docs/ops.md keeps it):
             // the caller asks for a post-op only when no output can be NaN
-            // (linalg.cpp, post_op_safe).
+            // (conv.cpp, post_op_safe).
             dnnl::post_ops po;
             if (g.act.kind == Activation::Relu)
               po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
