@@ -31,20 +31,21 @@ function(backplane_add_plugin target)
   target_link_options(${target} PRIVATE -Wl,--no-undefined -Wl,-z,now)
   if(ARG_MANIFEST)
     get_filename_component(manifest_name "${ARG_MANIFEST}" NAME)
-    add_custom_command(TARGET ${target} POST_BUILD
-      COMMAND ${CMAKE_COMMAND} -E copy_if_different "${ARG_MANIFEST}" "${out_dir}/${manifest_name}"
-      COMMENT "Placing manifest ${manifest_name} beside ${target}")
-    # A bring-up list of expected conformance failures travels with it
-    # (copied at configure time, and again whenever it changes).
     get_filename_component(manifest_dir "${ARG_MANIFEST}" DIRECTORY)
     get_filename_component(manifest_stem "${ARG_MANIFEST}" NAME_WE)
+    if(EXISTS "${ARG_MANIFEST}")
+      # Copied at configure time and again whenever it changes (a manifest
+      # edit alone does not relink the library, so a POST_BUILD copy missed it).
+      configure_file("${ARG_MANIFEST}" "${out_dir}/${manifest_name}" COPYONLY)
+    else()
+      # Made during the build: placed after the library.
+      add_custom_command(TARGET ${target} POST_BUILD
+        COMMAND ${CMAKE_COMMAND} -E copy_if_different "${ARG_MANIFEST}" "${out_dir}/${manifest_name}"
+        COMMENT "Placing manifest ${manifest_name} beside ${target}")
+    endif()
+    # A bring-up list of expected conformance failures travels with it.
     if(EXISTS "${manifest_dir}/${manifest_stem}.xfail")
       configure_file("${manifest_dir}/${manifest_stem}.xfail" "${out_dir}/${manifest_stem}.xfail" COPYONLY)
-    endif()
-    # Also at configure time, and again whenever it changes (a manifest edit
-    # alone does not relink the library, so POST_BUILD would miss it).
-    if(EXISTS "${ARG_MANIFEST}")
-      configure_file("${ARG_MANIFEST}" "${out_dir}/${manifest_name}" COPYONLY)
     endif()
     set_property(TARGET ${target} PROPERTY BACKPLANE_MANIFEST "${ARG_MANIFEST}")
   endif()
