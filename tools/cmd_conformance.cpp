@@ -165,8 +165,9 @@ int cmd_conformance(const Args& in) {
     // "<stem>.xfail" beside its manifest when there is one ("none" = ignore it).
     std::vector<conformance::ExpectedFailure> expected;
     std::filesystem::path xfail_file = xfail_arg;
-    if (xfail_arg.empty() && std::filesystem::exists(conformance::expected_failures_path(info->manifest_path)))
-      xfail_file = conformance::expected_failures_path(info->manifest_path);
+    if (const auto beside = conformance::expected_failures_path(info->manifest_path);
+        xfail_arg.empty() && std::filesystem::exists(beside))
+      xfail_file = beside;
     if (!xfail_file.empty() && xfail_arg != "none") {
       expected = conformance::load_expected_failures(xfail_file);
       std::printf("  expected failures: %zu entries from %s\n", expected.size(), xfail_file.string().c_str());
