@@ -268,6 +268,21 @@ void conv2d_depthwise(const Call& c, DwGeom g, const T* x, const P* w, const P* 
 
 template <class T> void activate(const Call& c, const onednn::Activation& act);
 
+// Whether l covers [offset, offset + numel) exactly once: a dense layout
+// with its dims in some order (a permute view of a dense value).
+bool dense_permuted(const bp_layout& l) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that are not 1
+  for (uint32_t d = 0; d < l.rank; ++d)
+    if (l.shape[d] != 1) dims.emplace_back(l.strides[d], l.shape[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expect = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expect) return false;
+    expect *= size;
+  }
+  return true;
+}
+
 // The largest |element| of f32 input i, or NaN when an element is NaN or
 // infinite. Constant inputs (weights) are scanned once and the answer kept
 // with them.
@@ -276,6 +291,14 @@ float max_abs_f32(const Call& c, size_t i) {
     const bp_layout& l = c.in_layout(i);
     const float* base = c.in_data<float>(i);
     float m = 0.0f, z = 0.0f;  // z: the sum of v * 0, NaN once any v is NaN or infinite
+    if (dense_permuted(l)) {  // every element once, in memory order (a channels-last view)
+      const float* p = base + l.offset;
+      for (int64_t k = 0, n = sdk::numel(l); k < n; ++k) {
+        m = std::max(m, std::fabs(p[k]));
+        z += p[k] * 0.0f;
+      }
+      return z == 0.0f ? m : NAN;
+    }
     const sdk::StridedWalker<1> walk(l.rank, l.shape, {&l});
     walk.run_all([&](const int64_t* off, int64_t n, const int64_t* st) {
       const float* p = base + off[0];
@@ -311,11 +334,13 @@ template <bp_dtype D> struct Conv2dK {
   static void impl(const Call& c) { run(c, {}); }
   // conv2d, then `act` over its output: fused into oneDNN's output pass
   // (a post-op) where oneDNN runs it, else one pass over y afterwards.
-  static void run(const Call& c, const onednn::Activation& act) {
-    if (!conv(c, act)) activate<st_t<D>>(c, act);
+  static void run(const Call& c, const onednn::Activation& act, bool nhwc = false) {
+    if (!conv(c, act, nhwc)) activate<st_t<D>>(c, act);
   }
-  // True when `act` was applied too.
-  static bool conv(const Call& c, const onednn::Activation& act) {
+  // True when `act` was applied too. `nhwc`: the output layout is the
+  // [N, O, OH, OW] view (a permute) of a dense channels-last output
+  // (cpu.conv2d*_nhwc), and y is written channels-last.
+  static bool conv(const Call& c, const onednn::Activation& act, bool nhwc = false) {
     c.expect(3, BP_PARAMS_CONV2D);
     using T = st_t<D>;
     using P = gemm_p_t<T>;
@@ -356,6 +381,34 @@ template <bp_dtype D> struct Conv2dK {
     // 8x64x56x56: 12.2 against 22.1), but not 1x256x14x14 (3.7 against 2.7).
     const int64_t tiles = N * ((OH + 1) / 2) * ((OW + 1) / 2);
     const bool winograd_first = winograd && D == BP_DTYPE_F32 && tiles * 512 >= Cg * Og;
+    if (nhwc) {
+      // oneDNN's channels-last kernels, with no reorder on either side (the
+      // activation applied exactly, NaN kept, on each piece while it is in
+      // cache); else the NCHW paths below into a scratch output, transposed
+      // into y.
+      if (onednn::conv2d_nhwc(c, D, {N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW, act}))
+        return true;
+      std::vector<T> tmp(static_cast<size_t>(N * O * L));
+      bp_storage tmp_out = c.out[0];
+      tmp_out.data = tmp.data();
+      tmp_out.byte_size = tmp.size() * sizeof(T);
+      std::vector<bp_layout> lays(c.lay, c.lay + c.n_in + 1);
+      lays[c.n_in] = sdk::contiguous_layout(lo.shape, 4);
+      Call t = c;
+      t.out = &tmp_out;
+      t.lay = lays.data();
+      if (!conv(t, act)) activate<T>(t, act);
+      T* yd = c.out_data<T>();
+      pfor(c, N * L, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, O)), [&](int64_t q0, int64_t q1) {
+        for (int64_t q = q0; q < q1; ++q) {
+          const int64_t n = q / L, i = q % L;
+          const T* src = tmp.data() + n * O * L + i;
+          T* dst = yd + q * O;
+          for (int64_t o = 0; o < O; ++o) dst[o] = src[o * L];
+        }
+      });
+      return true;
+    }
     if (!depthwise && !winograd_first) {
       onednn::Activation fused = act;
       if (act.kind != onednn::Activation::None && !(D == BP_DTYPE_F32 && post_op_safe(c, Kd))) fused = {};
@@ -485,25 +538,14 @@ template <class T> void activate(const Call& c, const onednn::Activation& act) {
 //   cpu.conv2d_clamp  clamp(conv2d(x, w, b), min, max)
 // Params are conv2d's (stride, padding, dilation, groups in any of the forms
 // docs/ops.md allows) and clamp's min and max (absent or null: no bound).
-onednn::Activation read_conv_params(const Call& c, bp_op_params& out, bool clamp) {
+onednn::Activation read_conv_params(const Call& c, bp_op_params& out, onednn::Activation::Kind kind) {
+  const bool clamp = kind == onednn::Activation::Clip;
   const sdk::VendorParams p(c.params, c.op);
   if (clamp)
     p.allow_only({"stride", "padding", "dilation", "groups", "min", "max"});
   else
     p.allow_only({"stride", "padding", "dilation", "groups"});
-  auto pair = [&](const char* name, int64_t dflt, int64_t* dst, size_t n) {
-    std::vector<int64_t> v;
-    const auto* raw = p.find(name);
-    if (!raw || raw->kind == sdk::VendorParams::Kind::Null)
-      v = {dflt};
-    else if (raw->kind == sdk::VendorParams::Kind::Number)
-      v = {p.integer(name)};
-    else
-      v = p.integers(name);
-    BP_SDK_CHECK(v.size() == 1 || v.size() == 2 || (n == 4 && v.size() == 4), BP_ERR_INVALID_ARGUMENT,
-                 std::string(c.op) + ": param '" + name + "' has " + std::to_string(v.size()) + " values");
-    for (size_t i = 0; i < n; ++i) dst[i] = v.size() == 1 ? v[0] : v.size() == 2 ? v[i % 2] : v[i];
-  };
+  auto pair = [&](const char* name, int64_t dflt, int64_t* dst, size_t n) { vendor_ints(p, c.op, name, dflt, dst, n); };
   std::memset(&out, 0, sizeof out);
   out.struct_size = sizeof out;
   out.kind = BP_PARAMS_CONV2D;
@@ -512,7 +554,7 @@ onednn::Activation read_conv_params(const Call& c, bp_op_params& out, bool clamp
   pair("dilation", 1, out.u.conv2d.dilation, 2);
   out.u.conv2d.groups = p.integer("groups", 1);
   onednn::Activation act;
-  act.kind = clamp ? onednn::Activation::Clip : onednn::Activation::Relu;
+  act.kind = kind;
   if (clamp) {
     auto bound = [&](const char* name, float dflt) {
       const auto* raw = p.find(name);
@@ -524,17 +566,47 @@ onednn::Activation read_conv_params(const Call& c, bp_op_params& out, bool clamp
   return act;
 }
 
-template <bp_dtype D, bool Clamp> struct ConvActK {
+template <bp_dtype D, onednn::Activation::Kind Act> struct ConvActK {
   static void impl(const Call& c) {
     bp_op_params conv_params;
-    const onednn::Activation act = read_conv_params(c, conv_params, Clamp);
+    const onednn::Activation act = read_conv_params(c, conv_params, Act);
     Call inner = c;
     inner.params = &conv_params;
     Conv2dK<D>::run(inner, act);
   }
 };
-template <bp_dtype D> using ConvReluK = ConvActK<D, false>;
-template <bp_dtype D> using ConvClampK = ConvActK<D, true>;
+template <bp_dtype D> using ConvReluK = ConvActK<D, onednn::Activation::Relu>;
+template <bp_dtype D> using ConvClampK = ConvActK<D, onednn::Activation::Clip>;
+
+// The channels-last variants (cpu.conv2d_nhwc, cpu.conv2d_relu_nhwc,
+// cpu.conv2d_clamp_nhwc): permute(conv(...), [0, 2, 3, 1]), y dense
+// [N, OH, OW, O]. The host's layout pass (docs/architecture.md) puts them
+// where a chain of convolutions can stay channels-last; the convolution
+// then sees y as the [N, O, OH, OW] view of that buffer.
+template <bp_dtype D, onednn::Activation::Kind Act> struct ConvNhwcK {
+  static void impl(const Call& c) {
+    bp_op_params conv_params;
+    const onednn::Activation act = read_conv_params(c, conv_params, Act);
+    BP_SDK_CHECK(c.lay != nullptr && c.n_out == 1 && c.out_layout().rank == 4, BP_ERR_INVALID_ARGUMENT,
+                 std::string(c.op) + ": the output must be 4-D [N, OH, OW, O]");
+    std::vector<bp_layout> lays(c.lay, c.lay + c.n_in + 1);
+    const bp_layout& lo = c.out_layout();
+    const int64_t N = lo.shape[0], OH = lo.shape[1], OW = lo.shape[2], O = lo.shape[3];
+    bp_layout& v = lays[c.n_in];
+    const int64_t shape[4] = {N, O, OH, OW}, strides[4] = {OH * OW * O, 1, OW * O, O};
+    for (int i = 0; i < 4; ++i) {
+      v.shape[i] = shape[i];
+      v.strides[i] = strides[i];
+    }
+    Call inner = c;
+    inner.params = &conv_params;
+    inner.lay = lays.data();
+    Conv2dK<D>::run(inner, act, true);
+  }
+};
+template <bp_dtype D> using ConvNhwcNoneK = ConvNhwcK<D, onednn::Activation::None>;
+template <bp_dtype D> using ConvReluNhwcK = ConvNhwcK<D, onednn::Activation::Relu>;
+template <bp_dtype D> using ConvClampNhwcK = ConvNhwcK<D, onednn::Activation::Clip>;
 
 }  // namespace
 
@@ -543,6 +615,9 @@ void register_conv(sdk::KernelTable& t) {
   add_rows<Conv2dK, BP_CPU_FLOAT_DTYPES>(t, "conv2d", k31, {kStrided, kStrided, kStrided});
   add_rows<ConvReluK, BP_DTYPE_F32>(t, "cpu.conv2d_relu", k31, {kStrided, kStrided, kStrided});
   add_rows<ConvClampK, BP_DTYPE_F32>(t, "cpu.conv2d_clamp", k31, {kStrided, kStrided, kStrided});
+  add_rows<ConvNhwcNoneK, BP_DTYPE_F32>(t, "cpu.conv2d_nhwc", k31, {kStrided, kStrided, kStrided});
+  add_rows<ConvReluNhwcK, BP_DTYPE_F32>(t, "cpu.conv2d_relu_nhwc", k31, {kStrided, kStrided, kStrided});
+  add_rows<ConvClampNhwcK, BP_DTYPE_F32>(t, "cpu.conv2d_clamp_nhwc", k31, {kStrided, kStrided, kStrided});
 }
 
 }  // namespace backplane::cpu

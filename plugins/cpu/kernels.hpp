@@ -3,6 +3,8 @@
 // one registration function per op family.
 #pragma once
 
+#include <backplane/sdk/params.hpp>
+
 #include <backplane/abi.h>
 #include <backplane/sdk/dtype.hpp>
 #include <backplane/sdk/plugin.hpp>
@@ -232,6 +234,24 @@ inline std::string dims_str(const bp_layout& l) {
   std::string s = "[";
   for (uint32_t i = 0; i < l.rank; ++i) s += (i ? ", " : "") + std::to_string(l.shape[i]);
   return s + "]";
+}
+
+// A vendor op's int param given as one value, a pair or (n == 4) four:
+// dst[0..n) with one value repeated, a pair alternating (conv2d's and
+// pooling's stride, padding and dilation forms); absent or null: dflt.
+inline void vendor_ints(const sdk::VendorParams& p, const char* op, const char* name, int64_t dflt, int64_t* dst,
+                        size_t n) {
+  std::vector<int64_t> v;
+  const auto* raw = p.find(name);
+  if (!raw || raw->kind == sdk::VendorParams::Kind::Null)
+    v = {dflt};
+  else if (raw->kind == sdk::VendorParams::Kind::Number)
+    v = {p.integer(name)};
+  else
+    v = p.integers(name);
+  BP_SDK_CHECK(v.size() == 1 || v.size() == 2 || (n == 4 && v.size() == 4), BP_ERR_INVALID_ARGUMENT,
+               std::string(op) + ": param '" + name + "' has " + std::to_string(v.size()) + " values");
+  for (size_t i = 0; i < n; ++i) dst[i] = v.size() == 1 ? v[0] : v.size() == 2 ? v[i % 2] : v[i];
 }
 
 }  // namespace backplane::cpu

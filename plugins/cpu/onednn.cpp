@@ -8,7 +8,9 @@
 #include <dnnl.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,6 +38,7 @@ bool matmul(const Call&, bp_dtype, const std::vector<std::array<int64_t, 3>>&, i
   return false;
 }
 bool conv2d(const Call&, bp_dtype, const ConvGeom&) { return false; }
+bool conv2d_nhwc(const Call&, bp_dtype, const ConvGeom&) { return false; }
 
 #else
 
@@ -336,6 +339,39 @@ struct ConvPlan {
   std::vector<Scratch> wbuf;  // per channel piece (empty where no reorder is needed)
 };
 
+// A convolution's attributes: user scratchpad, and `act` as a post-op.
+// oneDNN's injector turns NaN into a bound (docs/ops.md keeps it): the
+// caller asks for a post-op only when no output can be NaN (conv.cpp,
+// post_op_safe).
+dnnl::primitive_attr conv_attr(const Activation& act) {
+  dnnl::primitive_attr attr = user_scratchpad();
+  if (act.kind != Activation::None) {
+    dnnl::post_ops po;
+    if (act.kind == Activation::Relu)
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    else
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip_v2, act.lo, act.hi);
+    attr.set_post_ops(po);
+  }
+  return attr;
+}
+
+// The bias of a convolution in f32 (oneDNN's bias type here), or empty.
+std::vector<float> conv_bias(const Call& c, bp_dtype d, int64_t O) {
+  std::vector<float> bias;
+  if (!c.has_input(2)) return bias;
+  const bp_layout& lb = c.in_layout(2);
+  bias.resize(static_cast<size_t>(O));
+  if (d == BP_DTYPE_F32) {
+    const float* src = c.in_data<float>(2);
+    for (int64_t o = 0; o < O; ++o) bias[static_cast<size_t>(o)] = src[lb.offset + o * lb.strides[0]];
+  } else {
+    const bf16* src = c.in_data<bf16>(2);
+    for (int64_t o = 0; o < O; ++o) bias[static_cast<size_t>(o)] = ld(src[lb.offset + o * lb.strides[0]]);
+  }
+  return bias;
+}
+
 bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
   if (!enabled()) return false;
   const std::optional<dt> t = dnnl_type(d);
@@ -426,19 +462,7 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
                                      : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                                        dnnl::algorithm::convolution_direct, src, any_w, dst,
                                                                        strides, dil, pl, pr);
-          dnnl::primitive_attr attr = user_scratchpad();
-          if (g.act.kind != Activation::None) {
-            // oneDNN's injector turns NaN into a bound (docs/ops.md keeps it):
-            // the caller asks for a post-op only when no output can be NaN
-            // (conv.cpp, post_op_safe).
-            dnnl::post_ops po;
-            if (g.act.kind == Activation::Relu)
-              po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-            else
-              po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip_v2, g.act.lo, g.act.hi);
-            attr.set_post_ops(po);
-          }
-          p.pd = dnnl::convolution_forward::primitive_desc(desc, attr, *g_engine);
+          p.pd = dnnl::convolution_forward::primitive_desc(desc, conv_attr(g.act), *g_engine);
           if (!fast_impl(p.pd.impl_info_str())) return cp;
           p.prim = dnnl::convolution_forward(p.pd);
           p.rx.make(x_user(n, u), p.pd.src_desc());
@@ -509,18 +533,7 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
   // Element offset of piece (image n0, unit u0) in x and y.
   auto x_off = [&](int64_t n0, int64_t u0) { return n0 * xs[0] + (grouped ? u0 * g.Cg * xs[1] : 0); };
 
-  std::vector<float> bias;
-  if (has_bias) {
-    const bp_layout& lb = c.in_layout(2);
-    bias.resize(static_cast<size_t>(g.O));
-    if (d == BP_DTYPE_F32) {
-      const float* src = c.in_data<float>(2);
-      for (int64_t o = 0; o < g.O; ++o) bias[static_cast<size_t>(o)] = src[lb.offset + o * lb.strides[0]];
-    } else {
-      const bf16* src = c.in_data<bf16>(2);
-      for (int64_t o = 0; o < g.O; ++o) bias[static_cast<size_t>(o)] = ld(src[lb.offset + o * lb.strides[0]]);
-    }
-  }
+  std::vector<float> bias = conv_bias(c, d, g.O);
 
   // Weights (per channel piece) and the shared images in the primitives'
   // formats, first, spread over the threads.
@@ -600,6 +613,250 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
                                                  *g_engine, bias.data() + o0)});
       run(p.prim, p.pd.scratchpad_desc(), std::move(args));
       if (ybuf) p.ry(yp, yu);
+    }
+  });
+  return true;
+}
+
+// Channels-last convolution: y is dense [N, OH, OW, O] (oneDNN's nhwc), x is
+// read in place when it is channels-last already ([N, C, H, W] with C the
+// innermost dim, as a permute view of a channels-last value gives it) and
+// reformatted once otherwise. Neither side pays a reorder between two such
+// convolutions, which is what keeps MobileNet's depthwise and pointwise
+// layers on oneDNN's fast kernels.
+//
+// Pieces: images, and when there are fewer images than pieces wanted (batch
+// 1) each image is split further:
+//   - by bands of output rows when the image outweighs the weights: a band
+//     reads its band of input rows, with the padding that falls inside it,
+//     and is a dense nhwc convolution of its own (one primitive per
+//     distinct band);
+//   - by slices of output channels when the weights outweigh the image (the
+//     7x7 layers of a ResNet: a band would read all the weights again): a
+//     slice reads only its weights and writes a dense scratch, copied into
+//     its columns of y (oneDNN's fast kernels take no strided nhwc output).
+struct NhwcPiece {
+  int64_t n0, n, r0, oh, ih0, ih, pt, pb, u0, u;
+};
+struct NhwcPrim {
+  int64_t n = -1, ih = -1, pt = -1, pb = -1, oh = -1, u = -1;
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+};
+struct NhwcPlan {
+  bool ok = false;
+  std::vector<NhwcPrim> prims;
+  // Weights in the primitives' formats: one per (first channel, format).
+  std::vector<std::pair<std::pair<int64_t, dnnl::memory::desc>, Scratch>> wbufs;
+  bool packed = false;
+  const NhwcPrim* prim(const NhwcPiece& q) const {
+    for (const NhwcPrim& p : prims)
+      if (p.n == q.n && p.ih == q.ih && p.pt == q.pt && p.pb == q.pb && p.oh == q.oh && p.u == q.u) return &p;
+    return nullptr;
+  }
+  void* weights(int64_t u0, const dnnl::memory::desc& d) const {
+    for (const auto& [key, buf] : wbufs)
+      if (key.first == u0 && key.second == d) return buf.get();
+    return nullptr;
+  }
+};
+
+bool conv2d_nhwc(const Call& c, bp_dtype d, const ConvGeom& g) {
+  if (!enabled()) return false;
+  const std::optional<dt> t = dnnl_type(d);
+  if (!t || (g.act.kind != Activation::None && d != BP_DTYPE_F32)) return false;
+  if (g.N <= 0 || g.C <= 0 || g.H <= 0 || g.W <= 0 || g.O <= 0 || g.Cg <= 0 || g.OH <= 0 || g.OW <= 0) return false;
+  const double macs = static_cast<double>(g.N) * static_cast<double>(g.O) * static_cast<double>(g.OH * g.OW) *
+                      static_cast<double>(g.Cg * g.kH * g.kW);
+  if (macs < g_min_macs) return false;
+  const bp_layout& lx = c.in_layout(0);
+  const bp_layout& lw = c.in_layout(1);
+  int64_t ws[4];
+  for (int i = 0; i < 4; ++i) {
+    ws[i] = lw.shape[i] == 1 ? 1 : lw.strides[i];
+    if (ws[i] <= 0) return false;
+    if (lx.shape[i] > 1 && lx.strides[i] <= 0) return false;
+  }
+  // x channels-last and dense: read in place.
+  const int64_t plane = g.H * g.W * g.C;
+  const bool x_nhwc = (g.C == 1 || lx.strides[1] == 1) && (g.W == 1 || lx.strides[3] == g.C) &&
+                      (g.H == 1 || lx.strides[2] == g.W * g.C) && (g.N == 1 || lx.strides[0] == plane);
+  const int64_t Og = g.O / g.G;
+  const bool grouped = g.G > 1;
+  const bool has_bias = c.has_input(2);
+
+  // The pieces (see above).
+  const int64_t threads = num_threads(c);
+  const int64_t want = threads * 2;
+  const int64_t per_image = threads == 1 || g.N >= want ? 1 : (want + g.N - 1) / g.N;
+  const double wbytes = static_cast<double>(g.O) * static_cast<double>(g.Cg * g.kH * g.kW);
+  const bool by_channels = per_image > 1 && !grouped && wbytes > static_cast<double>(plane);
+  int64_t splits = by_channels ? std::min(per_image, std::max<int64_t>(1, g.O / 16))
+                               : std::min(per_image, std::max<int64_t>(1, g.OH / 2));
+  while (splits > 1 && macs / static_cast<double>(g.N * splits) < kMinMacsPerThread) --splits;
+  const int64_t nparts = splits > 1 ? g.N : std::min(g.N, threads == 1 ? 1 : want);
+  const Split nsplit{g.N, nparts}, rsplit{g.OH, by_channels ? 1 : splits}, usplit{g.O, by_channels ? splits : 1, 16};
+  std::vector<NhwcPiece> pieces;
+  for (int64_t i = 0; i < nparts; ++i)
+    for (int64_t j = 0; j < splits; ++j) {
+      NhwcPiece q{};
+      q.n0 = nsplit.lo(i);
+      q.n = nsplit.lo(i + 1) - q.n0;
+      const int64_t bj = by_channels ? 0 : j, uj = by_channels ? j : 0;
+      q.r0 = rsplit.lo(bj);
+      q.oh = rsplit.lo(bj + 1) - q.r0;
+      const int64_t lo = q.r0 * g.sh - g.pt, hi = (q.r0 + q.oh - 1) * g.sh - g.pt + (g.kH - 1) * g.dh + 1;
+      q.ih0 = std::max<int64_t>(lo, 0);
+      q.ih = std::min(hi, g.H) - q.ih0;
+      q.pt = q.ih0 - lo;
+      q.pb = hi - std::min(hi, g.H);
+      q.u0 = usplit.lo(uj);
+      q.u = usplit.lo(uj + 1) - q.u0;
+      if (q.n > 0 && q.oh > 0 && q.u > 0) pieces.push_back(q);
+    }
+
+  OneThread one;
+  const dims wstrides = grouped ? dims{Og * ws[0], ws[0], ws[1], ws[2], ws[3]} : dims{ws[0], ws[1], ws[2], ws[3]};
+  auto wdims = [&](int64_t u) { return grouped ? dims{g.G, Og, g.Cg, g.kH, g.kW} : dims{u, g.Cg, g.kH, g.kW}; };
+  auto w_user = [&](int64_t u) { return dnnl::memory::desc(wdims(u), *t, wstrides); };
+  const size_t es = dsize(d);
+  char* w = static_cast<char*>(const_cast<void*>(c.in[1].data)) + lw.offset * static_cast<int64_t>(es);
+  auto pack_weights = [&](int64_t u0, int64_t u, const dnnl::memory::desc& to, void* dst) {
+    OneThread inner;
+    Reorder r;
+    r.make(w_user(u), to);
+    char* from = w + u0 * ws[0] * static_cast<int64_t>(es);
+    if (r.needed)
+      r(dnnl::memory(w_user(u), *g_engine, from), dnnl::memory(to, *g_engine, dst));
+    else
+      std::memcpy(dst, from, to.get_size());
+  };
+  auto make_plan = [&](bool pack) {
+    auto cp = std::make_shared<NhwcPlan>();
+    try {
+      for (const NhwcPiece& q : pieces) {
+        if (!cp->prim(q)) {
+          NhwcPrim p;
+          const dnnl::memory::desc src({q.n, g.C, q.ih, g.W}, *t, dnnl::memory::format_tag::nhwc);
+          const dnnl::memory::desc dst({q.n, q.u, q.oh, g.OW}, *t, dnnl::memory::format_tag::nhwc);
+          const dnnl::memory::desc any_w(wdims(q.u), *t, dnnl::memory::format_tag::any);
+          const dnnl::memory::desc bias_md({q.u}, dt::f32, dnnl::memory::format_tag::x);
+          const dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{q.pt, g.pl}, pr{q.pb, g.pr};
+          const auto desc = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                       dnnl::algorithm::convolution_direct, src, any_w,
+                                                                       bias_md, dst, strides, dil, pl, pr)
+                                     : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                                       dnnl::algorithm::convolution_direct, src, any_w, dst,
+                                                                       strides, dil, pl, pr);
+          p.pd = dnnl::convolution_forward::primitive_desc(desc, conv_attr({}), *g_engine);
+          if (!fast_impl(p.pd.impl_info_str())) return cp;
+          p.prim = dnnl::convolution_forward(p.pd);
+          p.n = q.n;
+          p.ih = q.ih;
+          p.pt = q.pt;
+          p.pb = q.pb;
+          p.oh = q.oh;
+          p.u = q.u;
+          cp->prims.push_back(std::move(p));
+        }
+        const dnnl::memory::desc wdesc = cp->prim(q)->pd.weights_desc();
+        if (!cp->weights(q.u0, wdesc)) {
+          cp->wbufs.emplace_back(std::make_pair(q.u0, wdesc), Scratch(wdesc.get_size()));
+          if (pack) pack_weights(q.u0, q.u, wdesc, cp->wbufs.back().second.get());
+        }
+      }
+    } catch (const dnnl::error&) {
+      return cp;
+    }
+    cp->packed = pack;
+    cp->ok = true;
+    return cp;
+  };
+  std::shared_ptr<const NhwcPlan> plan;
+  if (packed::constant(c, 1)) {
+    std::string key = "onednn.conv2d_nhwc";
+    for (int64_t v : {g.N, g.C, g.H, g.W, g.O, g.Cg, g.kH, g.kW, g.G, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr,
+                      ws[0], ws[1], ws[2], ws[3], lw.offset, nparts, splits, int64_t{by_channels}, static_cast<int64_t>(d),
+                      int64_t{has_bias}})
+      key.append(",").append(std::to_string(v));
+    plan = packed::get<NhwcPlan>(c, 1, key, [&] { return make_plan(true); });
+  } else {
+    plan = make_plan(false);
+  }
+  if (!plan->ok) return false;
+  // Weights not kept with a constant buffer: into the plan's buffers now.
+  if (!plan->packed)
+    for (const auto& [key, buf] : plan->wbufs) {
+      const NhwcPiece* q = nullptr;
+      for (const NhwcPiece& p : pieces)
+        if (p.u0 == key.first) q = &p;
+      pack_weights(key.first, q->u, key.second, buf.get());
+    }
+
+  // x channels-last: in place, or reformatted here (images over the threads).
+  char* x = static_cast<char*>(const_cast<void*>(c.in[0].data)) + lx.offset * static_cast<int64_t>(es);
+  std::optional<Scratch> xown;
+  if (!x_nhwc) {
+    xown.emplace(static_cast<size_t>(g.N * plane) * es);
+    char* xd = static_cast<char*>(xown->get());
+    pfor(c, g.N, 1, [&](int64_t n0, int64_t n1) {
+      OneThread inner;
+      for (int64_t n = n0; n < n1; ++n) {
+        const dnnl::memory::desc from({1, g.C, g.H, g.W}, *t,
+                                      dims{plane, std::max<int64_t>(lx.strides[1], 1), std::max<int64_t>(lx.strides[2], 1),
+                                           std::max<int64_t>(lx.strides[3], 1)});
+        const dnnl::memory::desc to({1, g.C, g.H, g.W}, *t, dnnl::memory::format_tag::nhwc);
+        Reorder r;
+        r.make(from, to);
+        r(dnnl::memory(from, *g_engine, x + n * lx.strides[0] * static_cast<int64_t>(es)),
+          dnnl::memory(to, *g_engine, xd + n * plane * static_cast<int64_t>(es)));
+      }
+    });
+    x = xd;
+  }
+  std::vector<float> bias = conv_bias(c, d, g.O);
+  char* y = static_cast<char*>(c.out[0].data);
+  const int64_t yplane = g.OH * g.OW * g.O;
+  // The activation, NaN kept (docs/ops.md's relu and clamp; oneDNN's
+  // post-op would turn NaN into a bound), on each piece while it is in cache.
+  const float lo = g.act.kind == Activation::Relu ? 0.0f : g.act.lo;
+  const float hi = g.act.kind == Activation::Relu ? INFINITY : g.act.hi;
+  const bool act = g.act.kind != Activation::None;
+  pfor(c, static_cast<int64_t>(pieces.size()), 1, [&](int64_t i0, int64_t i1) {
+    OneThread inner;
+    for (int64_t i = i0; i < i1; ++i) {
+      const NhwcPiece& q = pieces[static_cast<size_t>(i)];
+      const NhwcPrim& p = *plan->prim(q);
+      const bool whole = q.u == g.O;  // else a scratch, copied into y's columns
+      char* yq = y + (q.n0 * yplane + q.r0 * g.OW * g.O + q.u0) * static_cast<int64_t>(es);
+      std::optional<Scratch> ys;
+      if (!whole) ys.emplace(p.pd.dst_desc().get_size());
+      std::unordered_map<int, dnnl::memory> args{
+          {DNNL_ARG_SRC,
+           dnnl::memory(p.pd.src_desc(), *g_engine, x + (q.n0 * plane + q.ih0 * g.W * g.C) * static_cast<int64_t>(es))},
+          {DNNL_ARG_WEIGHTS, dnnl::memory(p.pd.weights_desc(), *g_engine, plan->weights(q.u0, p.pd.weights_desc()))},
+          {DNNL_ARG_DST, dnnl::memory(p.pd.dst_desc(), *g_engine, whole ? yq : ys->get())}};
+      if (has_bias)
+        args.insert({DNNL_ARG_BIAS, dnnl::memory(dnnl::memory::desc({q.u}, dt::f32, dnnl::memory::format_tag::x),
+                                                 *g_engine, bias.data() + q.u0)});
+      run(p.prim, p.pd.scratchpad_desc(), std::move(args));
+      if (whole && act) {
+        float* __restrict yp = reinterpret_cast<float*>(yq);
+        for (int64_t k = 0, e = q.n * q.oh * g.OW * g.O; k < e; ++k) yp[k] = std::min(std::max(yp[k], lo), hi);
+      } else if (!whole) {
+        const int64_t pixels = q.n * q.oh * g.OW;
+        for (int64_t px = 0; px < pixels; ++px) {
+          char* dst = yq + px * g.O * static_cast<int64_t>(es);
+          const char* src = static_cast<const char*>(ys->get()) + px * q.u * static_cast<int64_t>(es);
+          if (act) {
+            const float* __restrict s = reinterpret_cast<const float*>(src);
+            float* __restrict o = reinterpret_cast<float*>(dst);
+            for (int64_t k = 0; k < q.u; ++k) o[k] = std::min(std::max(s[k], lo), hi);
+          } else {
+            std::memcpy(dst, src, static_cast<size_t>(q.u) * es);
+          }
+        }
+      }
     }
   });
   return true;

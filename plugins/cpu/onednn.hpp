@@ -60,4 +60,10 @@ struct ConvGeom {
 // (having written nothing) when not taken.
 bool conv2d(const Call& c, bp_dtype dt, const ConvGeom& g);
 
+// The same with y dense channels-last, [N, OH, OW, O] (the kernels
+// cpu.conv2d*_nhwc): x is read in place when it is channels-last, and
+// batch-1 work is split into bands of output rows. Returns false (having
+// written nothing) when not taken.
+bool conv2d_nhwc(const Call& c, bp_dtype dt, const ConvGeom& g);
+
 }  // namespace backplane::cpu::onednn

@@ -207,12 +207,75 @@ template <bp_dtype D, bool kAvg> struct Pool2dK {
 template <bp_dtype D> using MaxPool2dK = Pool2dK<D, false>;
 template <bp_dtype D> using AvgPool2dK = Pool2dK<D, true>;
 
+// cpu.max_pool2d_nhwc: permute(max_pool2d(x), [0, 2, 3, 1]), y dense
+// [N, OH, OW, C] (f32). The host's layout pass puts it between channels-last
+// convolutions (a ResNet's stem), where x arrives as the channels-last view
+// of the convolution's output: each output pixel is then the running
+// maximum of its window's pixels, C consecutive floats at a time. Params
+// are max_pool2d's (its forms; stride absent or null: kernel_size). NaN
+// propagates; an all-padding window gives -inf.
+template <bp_dtype D> struct MaxPoolNhwcK {
+  static void impl(const Call& c) {
+    BP_SDK_CHECK(c.in != nullptr && c.out != nullptr && c.lay != nullptr && c.n_in == 1 && c.n_out == 1,
+                 BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": expected 1 input and 1 output");
+    const sdk::VendorParams p(c.params, c.op);
+    p.allow_only({"kernel_size", "stride", "padding", "dilation", "ceil_mode"});
+    int64_t k[2], st[2], pad[4], dil[2];
+    vendor_ints(p, c.op, "kernel_size", 1, k, 2);
+    vendor_ints(p, c.op, "stride", 0, st, 2);
+    if (st[0] == 0) st[0] = k[0];
+    if (st[1] == 0) st[1] = k[1];
+    vendor_ints(p, c.op, "padding", 0, pad, 4);
+    vendor_ints(p, c.op, "dilation", 1, dil, 2);
+    const bp_layout& lx = c.in_layout(0);
+    const bp_layout& lo = c.out_layout();
+    BP_SDK_CHECK(lx.rank == 4 && lo.rank == 4, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": x and the output must be 4-D");
+    BP_SDK_CHECK(sdk::layout_fits(lx, sizeof(float), 0, c.in[0].byte_size), BP_ERR_OUT_OF_RANGE,
+                 std::string(c.op) + ": x's layout reaches outside its storage");
+    const int64_t N = lx.shape[0], C = lx.shape[1], H = lx.shape[2], W = lx.shape[3];
+    const int64_t OH = lo.shape[1], OW = lo.shape[2];
+    BP_SDK_CHECK(k[0] >= 1 && k[1] >= 1 && st[0] >= 1 && st[1] >= 1 && dil[0] >= 1 && dil[1] >= 1 && pad[0] >= 0 &&
+                     pad[1] >= 0 && pad[2] >= 0 && pad[3] >= 0,
+                 BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": bad pooling params");
+    BP_SDK_CHECK(lo.shape[0] == N && lo.shape[3] == C && OH >= 0 && OW >= 0, BP_ERR_INVALID_ARGUMENT,
+                 std::string(c.op) + ": output " + dims_str(lo) + " does not match x " + dims_str(lx));
+    if (sdk::numel(lo) == 0) return;
+    const float* x = c.in_data<float>(0) + lx.offset;
+    float* y = c.out_data<float>();
+    const int64_t xs0 = lx.strides[0], xs1 = lx.strides[1], xs2 = lx.strides[2], xs3 = lx.strides[3];
+    pfor(c, N * OH, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, OW * C * k[0] * k[1])), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t n = r / OH, oh = r % OH;
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float* __restrict acc = y + (r * OW + ow) * C;
+          std::fill(acc, acc + C, -std::numeric_limits<float>::infinity());
+          for (int64_t i = 0; i < k[0]; ++i) {
+            const int64_t ih = oh * st[0] - pad[0] + i * dil[0];
+            if (ih < 0 || ih >= H) continue;
+            for (int64_t j = 0; j < k[1]; ++j) {
+              const int64_t iw = ow * st[1] - pad[1] + j * dil[1];
+              if (iw < 0 || iw >= W) continue;
+              const float* __restrict v = x + n * xs0 + ih * xs2 + iw * xs3;
+              if (xs1 == 1) {
+                for (int64_t ch = 0; ch < C; ++ch) acc[ch] = MaxOp<float>::step(acc[ch], v[ch]);
+              } else {
+                for (int64_t ch = 0; ch < C; ++ch) acc[ch] = MaxOp<float>::step(acc[ch], v[ch * xs1]);
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+};
+
 }  // namespace
 
 void register_pool(sdk::KernelTable& t) {
   const auto k11 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d}; };
   add_rows<MaxPool2dK, BP_CPU_FLOAT_DTYPES>(t, "max_pool2d", k11, {kStrided});
   add_rows<AvgPool2dK, BP_CPU_FLOAT_DTYPES>(t, "avg_pool2d", k11, {kStrided});
+  add_rows<MaxPoolNhwcK, BP_DTYPE_F32>(t, "cpu.max_pool2d_nhwc", k11, {kStrided});
 }
 
 }  // namespace backplane::cpu
