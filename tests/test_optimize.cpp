@@ -225,3 +225,109 @@ TEST_CASE("optimizer: a fused vendor op in a graph runs as written; vendor_kerne
   g.node("z", "cpu.conv2d_relu", {"x", "w", "b"}, {{"paddding", 1}});
   CHECK_THROWS_WITH(rt->compile(g, cpu), Contains("paddding"));
 }
+
+namespace {
+
+// A small ResNet-like chain: stem conv -> relu -> max_pool2d, a residual
+// block (conv -> relu -> conv, add, relu), then a weight-heavy 3x3 on a
+// small image (more weights than pixels: the CPU splits it by output
+// channels) whose output is the graph's.
+Graph chain_graph(uint32_t seed) {
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {1, 8, 24, 24});
+  auto conv = [&](const std::string& name, const std::string& in, int64_t cin, int64_t cout, int64_t k, int64_t stride) {
+    g.constant(name + ".w", random_tensor({cout, cin, k, k}, seed++, -0.3, 0.3));
+    g.constant(name + ".b", random_tensor({cout}, seed++));
+    g.node(name, "conv2d", {in, name + ".w", name + ".b"}, {{"stride", stride}, {"padding", k / 2}});
+  };
+  conv("stem", "x", 8, 32, 3, 1);
+  g.node("stem_relu", "relu", {"stem"});
+  g.node("pool", "max_pool2d", {"stem_relu"}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}});
+  conv("a", "pool", 32, 32, 3, 1);
+  g.node("a_relu", "relu", {"a"});
+  conv("b", "a_relu", 32, 32, 3, 1);
+  g.node("sum", "add", {"b", "pool"});
+  g.node("sum_relu", "relu", {"sum"});
+  conv("down", "sum_relu", 32, 64, 3, 2);
+  g.node("down_relu", "relu", {"down"});
+  conv("heavy", "down_relu", 64, 256, 3, 1);
+  g.output("heavy");
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("optimizer: a chain of convolutions stays channels-last and gives the unoptimized answer", "[optimize][cpu]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  const Graph g = chain_graph(11);
+  Plan opt = rt->compile(g, cpu);
+  CompileOptions plain;
+  plain.optimize = false;
+  Plan base = rt->compile(g, cpu, plain);
+  // What the pass did: every convolution (its relu folded by the patterns
+  // first) and the pool in the CPU's channels-last variants, the residual
+  // add and its relu following them, the graph's output given back as a view.
+  const std::string e = opt.explain();
+  INFO(e);
+  CHECK_THAT(e, Contains("layouts: "));
+  CHECK_THAT(e, Contains("3 as cpu.conv2d_relu_nhwc"));
+  CHECK_THAT(e, Contains("2 as cpu.conv2d_nhwc"));  // b (an add follows it, not a relu) and heavy
+  CHECK_THAT(e, Contains("1 as cpu.max_pool2d_nhwc"));
+  CHECK_THAT(e, Contains("heavy/channels_last (cpu.conv2d_nhwc)"));
+  CHECK_THAT(e, Contains("sum/channels_last (add)"));
+  CHECK_THAT(e, Contains("2 elementwise nodes follow"));
+  CHECK_FALSE(explains(base, "channels_last"));
+
+  HostTensor x = random_tensor({1, 8, 24, 24}, 3);
+  // NaN in: it must reach the output where the unoptimized plan has it (the
+  // channels-last kernels apply relu with NaN kept, like relu itself).
+  x.set(4 * 24 + 7, std::numeric_limits<double>::quiet_NaN());
+  const auto got = opt.run({{"x", x}}).at("heavy");
+  const auto want = base.run({{"x", x}}).at("heavy");
+  REQUIRE(got.shape == Shape{1, 256, 6, 6});
+  REQUIRE(want.shape == got.shape);
+  int64_t nans = 0, bad = 0;
+  double scale = 0;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    if (!std::isnan(want.get(i))) scale = std::max(scale, std::fabs(want.get(i)));
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double a = got.get(i), b = want.get(i);
+    if (std::isnan(b)) {
+      ++nans;
+      bad += !std::isnan(a);
+      continue;
+    }
+    // Both plans sum the same terms in different orders (oneDNN or the
+    // fallback in one, the CPU's own paths in the other): docs/ops.md's f32
+    // reduction bound, relative to the output's scale.
+    bad += !(std::fabs(a - b) <= 1e-4 * scale);
+  }
+  CHECK(bad == 0);
+  CHECK(nans > 0);
+  CHECK(nans < got.numel());
+  // The same answer with the activations swapped in (a plan run twice).
+  const HostTensor x2 = random_tensor({1, 8, 24, 24}, 4);
+  const auto got2 = opt.run({{"x", x2}}).at("heavy"), want2 = base.run({{"x", x2}}).at("heavy");
+  for (int64_t i = 0; i < got2.numel(); ++i) CHECK(std::fabs(got2.get(i) - want2.get(i)) <= 1e-4 * scale + 1e-5);
+}
+
+TEST_CASE("optimizer: a lone convolution, a pinned one and a graph without the variants keep their layout",
+          "[optimize]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  SECTION("a lone convolution: its variant would only add a reorder") {
+    const ConvCase c{"", {1, 3, 9, 9}, {4, 3, 3, 3}, 1, 1, 1};
+    const Plan p = rt->compile(conv_act_graph(c, random_tensor(c.w, 2), random_tensor({4}, 3), "relu", Json::object()), cpu);
+    CHECK(explains(p, "replaced by cpu.conv2d_relu "));
+    CHECK_FALSE(explains(p, "layouts:"));
+  }
+  SECTION("a pinned convolution stays as written; the chain around it is not broken into variants") {
+    Graph g = chain_graph(11);
+    g.pin("a", "cpu");
+    const std::string e = rt->compile(g, cpu).explain();
+    INFO(e);
+    CHECK_THAT(e, Contains("a (conv2d)"));
+    CHECK_THAT(e, Contains("layouts: "));
+  }
+}

@@ -161,34 +161,11 @@ class Substituter {
     return r.view(probe) == t.view(probe);
   }
 
-  // Types and typed params of every standard node whose inputs are known;
-  // anything the core cannot infer here (a vendor op, a bad graph: lowering
-  // reports it) stays unknown and is never part of a match.
+  // Types and typed params of every standard node whose inputs are known.
   void infer_all() {
-    for (const auto& in : g_.inputs()) types_[in.name] = {in.dtype, in.shape, {}};
-    for (size_t i = 0; i < g_.nodes().size(); ++i) {
-      const Node& n = g_.nodes()[i];
-      if (is_custom_op(n.op) && !is_known_op(n.op)) continue;
-      std::vector<const ValueType*> in;
-      bool known = true;
-      for (const auto& name : n.inputs) {
-        if (name.empty()) {
-          in.push_back(nullptr);
-          continue;
-        }
-        auto it = types_.find(name);
-        if (it == types_.end()) known = false;
-        in.push_back(known ? &it->second : nullptr);
-        if (!known) break;
-      }
-      if (!known) continue;
-      try {
-        InferredNode r = infer_node(n, in);
-        typed_[i] = {r.out, r.params, r.cls, r.view, !in.empty() && in[0] ? in[0]->shape : Shape{}};
-        types_[n.name] = r.out;
-      } catch (const std::exception&) {
-      }
-    }
+    types_ = infer_standard_nodes(g_, [&](size_t i, const InferredNode& r, const std::vector<const ValueType*>& in) {
+      typed_[i] = {r.out, r.params, r.cls, r.view, !in.empty() && in[0] ? in[0]->shape : Shape{}};
+    });
   }
 
   // Same ops, same wiring, from the output node back to the vendor inputs.
@@ -350,6 +327,36 @@ class Substituter {
 };
 
 }  // namespace
+
+std::map<std::string, ValueType> infer_standard_nodes(
+    const Graph& g, const std::function<void(size_t, const InferredNode&, const std::vector<const ValueType*>&)>& on_node) {
+  std::map<std::string, ValueType> types;
+  for (const auto& in : g.inputs()) types[in.name] = {in.dtype, in.shape, {}};
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (is_custom_op(n.op) && !is_known_op(n.op)) continue;
+    std::vector<const ValueType*> in;
+    bool known = true;
+    for (const auto& name : n.inputs) {
+      if (name.empty()) {
+        in.push_back(nullptr);
+        continue;
+      }
+      auto it = types.find(name);
+      known = it != types.end();
+      if (!known) break;
+      in.push_back(&it->second);
+    }
+    if (!known) continue;
+    try {
+      InferredNode r = infer_node(n, in);
+      if (on_node) on_node(i, r, in);
+      types[n.name] = r.out;
+    } catch (const std::exception&) {
+    }
+  }
+  return types;
+}
 
 PatternResult substitute_patterns(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices,
                                   const std::vector<std::string>& keep) {

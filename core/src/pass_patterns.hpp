@@ -23,8 +23,12 @@
 
 #include <backplane/backplane.hpp>
 
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "ops.hpp"
 
 namespace backplane::detail {
 
@@ -33,6 +37,14 @@ struct PatternResult {
   std::vector<std::string> notes;  // substitutions and near misses, for explain()
   int substituted = 0;
 };
+
+// The types of the graph's inputs and of every standard node whose inputs
+// are known; on_node sees each node inferred (with its inputs' types).
+// Anything the core cannot infer here (a vendor op, a bad graph: lowering
+// reports it) stays unknown.
+std::map<std::string, ValueType> infer_standard_nodes(
+    const Graph& g,
+    const std::function<void(size_t, const InferredNode&, const std::vector<const ValueType*>&)>& on_node = {});
 
 PatternResult substitute_patterns(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices,
                                   const std::vector<std::string>& keep);

@@ -8,6 +8,7 @@
 // those whose last reader has run), allocated once, and every
 // bp_storage/bp_layout a kernel will see is built, so execute() only locks,
 // calls kernels, moves transfers and synchronizes.
+#include "pass_layout.hpp"
 #include "pass_patterns.hpp"
 #include "plan_impl.hpp"
 
@@ -503,10 +504,17 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
     const auto t0 = std::chrono::steady_clock::now();
     // Passes before lowering (CompileOptions::optimize).
     detail::PatternResult patterns;
-    if (options.optimize && options.vendor_kernels)
+    detail::LayoutResult layouts;
+    if (options.optimize && options.vendor_kernels) {
       patterns = detail::substitute_patterns(*this, graph, devices, options.keep);
-    Lowered l = detail::lower(*this, graph, devices, options.keep, patterns.substituted ? &patterns.nodes : nullptr,
-                              options.vendor_kernels);
+      layouts = detail::propagate_layouts(*this, graph, patterns.substituted ? patterns.nodes : graph.nodes(), devices,
+                                          options.keep);
+    }
+    const std::vector<Node>* nodes = layouts.rewritten     ? &layouts.nodes
+                                     : patterns.substituted ? &patterns.nodes
+                                                            : nullptr;
+    Lowered l = detail::lower(*this, graph, devices, options.keep, nodes, options.vendor_kernels);
+    l.notes.insert(l.notes.begin(), layouts.notes.begin(), layouts.notes.end());
     l.notes.insert(l.notes.begin(), patterns.notes.begin(), patterns.notes.end());
     detail::place(l);
     const auto t1 = std::chrono::steady_clock::now();
