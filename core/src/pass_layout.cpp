@@ -182,7 +182,7 @@ LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vecto
           if (candidate(m)) {
             chained.insert(n.name);
             chained.insert(m.name);
-          } else if (elementwise(m.op) && m.device.empty()) {
+          } else if ((elementwise(m.op) || m.op == "concat") && m.device.empty()) {
             next.push_back(m.name);
           }
         }
@@ -246,6 +246,34 @@ LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vecto
         continue;
       }
     }
+    if (n.op == "concat" && t && n.params.contains("dim") && n.params["dim"].is_number_integer()) {
+      // concat(permute(a, Q), permute(b, Q), dim) = permute(concat(a, b, Q[dim]), Q).
+      const Perm* dims = nullptr;
+      bool all = !n.inputs.empty();
+      std::vector<std::string> from;
+      for (const auto& in : n.inputs) {
+        auto p = permuted.find(in);
+        all = all && p != permuted.end() && (!dims || *dims == p->second.second);
+        if (!all) break;
+        dims = &p->second.second;
+        from.push_back(p->second.first);
+      }
+      const int64_t rank = static_cast<int64_t>(t->shape.size());
+      int64_t d = n.params["dim"].get<int64_t>();
+      d = d < 0 ? d + rank : d;
+      if (all && d >= 0 && d < rank && static_cast<int64_t>(dims->size()) == rank) {
+        Node e = n;
+        e.name = fresh(n.name);
+        e.inputs = from;
+        e.params["dim"] = (*dims)[static_cast<size_t>(d)];
+        const Perm q = *dims;
+        const std::string e_name = e.name;
+        out.push_back(std::move(e));
+        add_permute(n.name, e_name, q);
+        ++sunk;
+        continue;
+      }
+    }
     out.push_back(n);
   }
   if (variant_count.empty()) return r;
@@ -272,7 +300,7 @@ LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vecto
     r.rewritten += count;
   }
   r.notes.push_back("layouts: " + what + " on " + dev.name() + " (its manifest's layout variants); " +
-                    std::to_string(sunk) + " elementwise node" + (sunk == 1 ? "" : "s") +
+                    std::to_string(sunk) + " elementwise or concat node" + (sunk == 1 ? "" : "s") +
                     " follow in the same layout; " + std::to_string(views) + " permute view" +
                     (views == 1 ? "" : "s") + " give the values back where other ops read them");
   r.rewritten += sunk;

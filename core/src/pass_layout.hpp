@@ -12,9 +12,12 @@
 //   V(...) -> permute(·, P^-1)     the permute is a view: no copy
 //
 // and permutes then sink through elementwise nodes whose every input is the
-// same permute of a value of the output's shape:
+// same permute of a value of the output's shape, and through concat (its
+// dim mapped through the permute: a channel concat becomes one along the
+// last dim of channels-last values):
 //
-//   add(permute(a, Q), permute(b, Q)) -> permute(add(a, b), Q)
+//   add(permute(a, Q), permute(b, Q))    -> permute(add(a, b), Q)
+//   concat(permute(a, Q), permute(b, Q)) -> permute(concat(a, b, Q[dim]), Q)
 //
 // so a chain conv -> add -> relu -> conv keeps its values in V's layout, and
 // the next V reads its input as the view it wants, with no reorder on

@@ -211,9 +211,67 @@ template <bp_dtype D> using AvgPool2dK = Pool2dK<D, true>;
 // [N, OH, OW, C] (f32). The host's layout pass puts it between channels-last
 // convolutions (a ResNet's stem), where x arrives as the channels-last view
 // of the convolution's output: each output pixel is then the running
-// maximum of its window's pixels, C consecutive floats at a time. Params
+// maximum of its window's pixels, C consecutive floats at a time
+// (max_pool_nhwc_row, compiled per ISA). Params
 // are max_pool2d's (its forms; stride absent or null: kernel_size). NaN
 // propagates; an all-padding window gives -inf.
+// One output row of cpu.max_pool2d_nhwc: for each output pixel the running
+// maximum over its window's pixels, C consecutive channels at a time (a loop
+// the compiler vectorizes: a plain max, NaN noted in a flag per channel and
+// put back at the end, so NaN propagates as in max_pool2d).
+struct PoolNhwcGeom {
+  int64_t C, H, W, OW, kh, kw, sh, sw, pt, pl, dh, dw, xs0, xs1, xs2, xs3;
+};
+[[gnu::always_inline]] inline void max_pool_nhwc_row(const PoolNhwcGeom& g, const float* x, int64_t n, int64_t oh, float* y,
+                                                     int32_t* nan) {
+  const int64_t C = g.C;
+  for (int64_t ow = 0; ow < g.OW; ++ow) {
+    float* __restrict acc = y + ow * C;
+    int32_t* __restrict bad = nan;
+    for (int64_t ch = 0; ch < C; ++ch) {
+      acc[ch] = -std::numeric_limits<float>::infinity();
+      bad[ch] = 0;
+    }
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t ih = oh * g.sh - g.pt + i * g.dh;
+      if (ih < 0 || ih >= g.H) continue;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t iw = ow * g.sw - g.pl + j * g.dw;
+        if (iw < 0 || iw >= g.W) continue;
+        const float* __restrict v = x + n * g.xs0 + ih * g.xs2 + iw * g.xs3;
+        if (g.xs1 == 1) {
+          for (int64_t ch = 0; ch < C; ++ch) {
+            acc[ch] = v[ch] > acc[ch] ? v[ch] : acc[ch];
+            bad[ch] |= static_cast<int32_t>(v[ch] != v[ch]);
+          }
+        } else {
+          for (int64_t ch = 0; ch < C; ++ch) {
+            const float e = v[ch * g.xs1];
+            acc[ch] = e > acc[ch] ? e : acc[ch];
+            bad[ch] |= static_cast<int32_t>(e != e);
+          }
+        }
+      }
+    }
+    for (int64_t ch = 0; ch < C; ++ch)
+      if (bad[ch]) acc[ch] = std::numeric_limits<float>::quiet_NaN();
+  }
+}
+using PoolNhwcRowFn = void (*)(const PoolNhwcGeom&, const float*, int64_t, int64_t, float*, int32_t*);
+void max_pool_nhwc_row_base(const PoolNhwcGeom& g, const float* x, int64_t n, int64_t oh, float* y, int32_t* nan) {
+  max_pool_nhwc_row(g, x, n, oh, y, nan);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void max_pool_nhwc_row_avx2(const PoolNhwcGeom& g, const float* x, int64_t n,
+                                                                 int64_t oh, float* y, int32_t* nan) {
+  max_pool_nhwc_row(g, x, n, oh, y, nan);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void max_pool_nhwc_row_avx512(
+    const PoolNhwcGeom& g, const float* x, int64_t n, int64_t oh, float* y, int32_t* nan) {
+  max_pool_nhwc_row(g, x, n, oh, y, nan);
+}
+#endif
+
 template <bp_dtype D> struct MaxPoolNhwcK {
   static void impl(const Call& c) {
     BP_SDK_CHECK(c.in != nullptr && c.out != nullptr && c.lay != nullptr && c.n_in == 1 && c.n_out == 1,
@@ -242,29 +300,16 @@ template <bp_dtype D> struct MaxPoolNhwcK {
     if (sdk::numel(lo) == 0) return;
     const float* x = c.in_data<float>(0) + lx.offset;
     float* y = c.out_data<float>();
-    const int64_t xs0 = lx.strides[0], xs1 = lx.strides[1], xs2 = lx.strides[2], xs3 = lx.strides[3];
+    const PoolNhwcGeom pg{C, H, W, OW, k[0], k[1], st[0], st[1], pad[0], pad[1], dil[0], dil[1],
+                          lx.strides[0], lx.strides[1], lx.strides[2], lx.strides[3]};
+    auto row = &max_pool_nhwc_row_base;
+#if defined(__x86_64__)
+    if (isa() >= Isa::avx512) row = &max_pool_nhwc_row_avx512;
+    else if (isa() >= Isa::avx2) row = &max_pool_nhwc_row_avx2;
+#endif
     pfor(c, N * OH, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, OW * C * k[0] * k[1])), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t n = r / OH, oh = r % OH;
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          float* __restrict acc = y + (r * OW + ow) * C;
-          std::fill(acc, acc + C, -std::numeric_limits<float>::infinity());
-          for (int64_t i = 0; i < k[0]; ++i) {
-            const int64_t ih = oh * st[0] - pad[0] + i * dil[0];
-            if (ih < 0 || ih >= H) continue;
-            for (int64_t j = 0; j < k[1]; ++j) {
-              const int64_t iw = ow * st[1] - pad[1] + j * dil[1];
-              if (iw < 0 || iw >= W) continue;
-              const float* __restrict v = x + n * xs0 + ih * xs2 + iw * xs3;
-              if (xs1 == 1) {
-                for (int64_t ch = 0; ch < C; ++ch) acc[ch] = MaxOp<float>::step(acc[ch], v[ch]);
-              } else {
-                for (int64_t ch = 0; ch < C; ++ch) acc[ch] = MaxOp<float>::step(acc[ch], v[ch * xs1]);
-              }
-            }
-          }
-        }
-      }
+      std::vector<int32_t> nan(static_cast<size_t>(C));
+      for (int64_t r = r0; r < r1; ++r) row(pg, x, r / OH, r % OH, y + r * OW * C, nan.data());
     });
   }
 };
