@@ -641,6 +641,27 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
 //     7x7 layers of a ResNet: a band would read all the weights again): a
 //     slice reads only its weights and writes a dense scratch, copied into
 //     its columns of y (oneDNN's fast kernels take no strided nhwc output).
+// dst[k] = clip(src[k], lo, hi), NaN kept (docs/ops.md's relu and clamp;
+// oneDNN's relu and clip post-ops turn NaN into a bound), src == dst
+// allowed; compiled for AVX-512 and picked at run time (the loop runs over
+// every element a fused convolution writes).
+[[gnu::always_inline]] inline void clip_loop(const float* src, float* dst, int64_t n, float lo, float hi) {
+  for (int64_t k = 0; k < n; ++k) dst[k] = std::min(std::max(src[k], lo), hi);
+}
+void clip_base(const float* src, float* dst, int64_t n, float lo, float hi) { clip_loop(src, dst, n, lo, hi); }
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512vl,avx2"))) void clip_avx512(const float* src, float* dst, int64_t n, float lo,
+                                                                   float hi) {
+  clip_loop(src, dst, n, lo, hi);
+}
+#endif
+void clip(const float* src, float* dst, int64_t n, float lo, float hi) {
+#if defined(__x86_64__)
+  if (isa() >= Isa::avx512) return clip_avx512(src, dst, n, lo, hi);
+#endif
+  clip_base(src, dst, n, lo, hi);
+}
+
 struct NhwcPiece {
   int64_t n0, n, r0, oh, ih0, ih, pt, pb, u0, u;
 };
@@ -853,20 +874,16 @@ bool conv2d_nhwc(const Call& c, bp_dtype d, const ConvGeom& g) {
                                                  *g_engine, bias.data() + q.u0)});
       run(p.prim, p.pd.scratchpad_desc(), std::move(args));
       if (whole && act) {
-        float* __restrict yp = reinterpret_cast<float*>(yq);
-        for (int64_t k = 0, e = q.n * q.oh * g.OW * g.O; k < e; ++k) yp[k] = std::min(std::max(yp[k], lo), hi);
+        clip(reinterpret_cast<const float*>(yq), reinterpret_cast<float*>(yq), q.n * q.oh * g.OW * g.O, lo, hi);
       } else if (!whole) {
         const int64_t pixels = q.n * q.oh * g.OW;
         for (int64_t px = 0; px < pixels; ++px) {
           char* dst = yq + px * g.O * static_cast<int64_t>(es);
           const char* src = static_cast<const char*>(ys->get()) + px * q.u * static_cast<int64_t>(es);
-          if (act) {
-            const float* __restrict s = reinterpret_cast<const float*>(src);
-            float* __restrict o = reinterpret_cast<float*>(dst);
-            for (int64_t k = 0; k < q.u; ++k) o[k] = std::min(std::max(s[k], lo), hi);
-          } else {
+          if (act)
+            clip(reinterpret_cast<const float*>(src), reinterpret_cast<float*>(dst), q.u, lo, hi);
+          else
             std::memcpy(dst, src, static_cast<size_t>(q.u) * es);
-          }
         }
       }
     }
