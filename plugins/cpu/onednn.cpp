@@ -695,7 +695,8 @@ bool conv2d_nhwc(const Call& c, bp_dtype d, const ConvGeom& g) {
   if (g.N <= 0 || g.C <= 0 || g.H <= 0 || g.W <= 0 || g.O <= 0 || g.Cg <= 0 || g.OH <= 0 || g.OW <= 0) return false;
   const double macs = static_cast<double>(g.N) * static_cast<double>(g.O) * static_cast<double>(g.OH * g.OW) *
                       static_cast<double>(g.Cg * g.kH * g.kW);
-  if (macs < g_min_macs) return false;
+  // No size floor here: the alternative is the NCHW path plus a transpose,
+  // slower than oneDNN however small the work (ShuffleNet's 28x28 depthwise).
   const bp_layout& lx = c.in_layout(0);
   const bp_layout& lw = c.in_layout(1);
   int64_t ws[4];
