@@ -645,6 +645,75 @@ TEST_CASE("matmul promotes 1-D operands", "[ops][semantics]") {
   });
 }
 
+TEST_CASE("matmul of one row (a classifier's last layer) against f64 on both layouts of b", "[ops][semantics]") {
+  // K and N not multiples of 16, 4 or 64, so every tail of the CPU's GEMV
+  // path runs; b as given ([K, N], rows contiguous) and as x @ W.T exports
+  // it (a permute of [N, K], columns contiguous). A dropped or doubled term,
+  // a tail column left unwritten or a NaN lost would each show.
+  const int64_t K = 1283, N = 1003;
+  HostTensor a(BP_DTYPE_F32, {1, K}), w(BP_DTYPE_F32, {N, K});
+  uint32_t s = 7;
+  auto next = [&] {
+    s = s * 1664525u + 1013904223u;
+    return static_cast<double>(s >> 8) / 16777216.0 - 0.5;
+  };
+  for (int64_t i = 0; i < K; ++i) a.set(i, next());
+  for (int64_t i = 0; i < N * K; ++i) w.set(i, next());
+  a.set(K - 1, std::numeric_limits<double>::quiet_NaN());  // reaches every output...
+  w.set(7 * K + 3, std::numeric_limits<double>::infinity());  // ...and column 7 gets inf * a[3] too
+  std::vector<double> want(static_cast<size_t>(N)), mag(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K - 1; ++k) {
+      want[static_cast<size_t>(n)] += a.get(k) * w.get(n * K + k);
+      mag[static_cast<size_t>(n)] += std::fabs(a.get(k) * w.get(n * K + k));
+    }
+  HostTensor a_finite = a;
+  a_finite.set(K - 1, 0.0);
+  on_devices("matmul", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}, [&](Device& dev) {
+    for (const bool transposed : {true, false}) {
+      INFO((transposed ? "b = permute(W)" : "b dense [K, N]"));
+      Graph g;
+      g.input("a", BP_DTYPE_F32, {1, K});
+      if (transposed) {
+        g.input("w", BP_DTYPE_F32, {N, K});
+        g.node("b", "permute", {"w"}, {{"dims", {1, 0}}});
+      } else {
+        g.input("b", BP_DTYPE_F32, {K, N});
+      }
+      g.node("y", "matmul", {"a", "b"});
+      g.output("y");
+      HostTensor bt(BP_DTYPE_F32, {K, N});
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) bt.set(k * N + n, w.get(n * K + k));
+      backplane::Plan p = runtime().compile(g, dev);
+      auto run = [&](const HostTensor& av) {
+        return values(p.run({{"a", av}, {transposed ? "w" : "b", transposed ? w : bt}}).at("y"));
+      };
+      const auto with_nan = run(a);
+      for (int64_t n = 0; n < N; ++n) CHECK(std::isnan(with_nan[static_cast<size_t>(n)]));
+      a_finite.set(3, 0.0);  // inf * 0 is NaN: column 7 only
+      const auto got = run(a_finite);
+      a_finite.set(3, a.get(3));
+      const auto got_inf = run(a_finite);
+      int64_t bad = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const size_t i = static_cast<size_t>(n);
+        if (n == 7) {
+          CHECK(std::isnan(got[i]));     // inf * 0
+          CHECK(std::isinf(got_inf[i]));  // inf * a[3]
+          continue;
+        }
+        // docs/ops.md: relative 1e-4 for matmul, here of the sum of the
+        // terms' magnitudes (the terms cancel: the sum itself is small).
+        const double without_3 = want[i] - a.get(3) * w.get(n * K + 3);
+        bad += !(std::fabs(got[i] - without_3) <= 1e-4 * mag[i] + 1e-6);
+        bad += !(std::fabs(got_inf[i] - want[i]) <= 1e-4 * mag[i] + 1e-6);
+      }
+      CHECK(bad == 0);
+    }
+  });
+}
+
 TEST_CASE("conv2d and layer_norm by hand", "[ops][semantics]") {
   on_devices("conv2d", {BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32, BP_DTYPE_F32}, [](Device& dev) {
     // A null bias and a bias left out are the same node.

@@ -11,6 +11,115 @@
 namespace backplane::cpu {
 namespace {
 
+// y[N] = a[K] x b[K, N] in f32 for one row of a (a classifier's last layer
+// at batch 1, a decoder's step): a stream over b that neither the packed
+// GEMM nor oneDNN's matmul runs at memory speed (they pack or split for
+// panels of rows; ResNet-18's 512x1000 layer took ~250 us for 2 MB).
+// b's columns contiguous (rsb == 1, the exporters' x @ W.T): dot products
+// of a with four columns at a time; b's rows contiguous (csb == 1): y grows
+// by a[k] * row k over a block of columns. Sums in f32 in a fixed order per
+// element (docs/ops.md's reduction bound).
+struct Gemv {
+  const float* a;
+  int64_t sa;  // a's element stride
+  const float* b;
+  int64_t rsb, csb, K;
+  float* y;
+};
+typedef float v16f __attribute__((vector_size(64)));
+[[gnu::always_inline]] inline v16f load16(const float* p) {
+  v16f v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline float hsum(v16f v) {
+  float s = 0;
+  for (int i = 0; i < 16; ++i) s += v[i];
+  return s;
+}
+// Columns [n0, n1) when b's columns are contiguous and a is dense.
+[[gnu::always_inline]] inline void gemv_dots(const Gemv& g, int64_t n0, int64_t n1) {
+  const int64_t K = g.K, K16 = K / 16 * 16;
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const float* c0 = g.b + n * g.csb;
+    const float* c1 = c0 + g.csb;
+    const float* c2 = c1 + g.csb;
+    const float* c3 = c2 + g.csb;
+    v16f s0 = {}, s1 = {}, s2 = {}, s3 = {};
+    for (int64_t k = 0; k < K16; k += 16) {
+      const v16f av = load16(g.a + k);
+      s0 += av * load16(c0 + k);
+      s1 += av * load16(c1 + k);
+      s2 += av * load16(c2 + k);
+      s3 += av * load16(c3 + k);
+    }
+    float t0 = hsum(s0), t1 = hsum(s1), t2 = hsum(s2), t3 = hsum(s3);
+    for (int64_t k = K16; k < K; ++k) {
+      t0 += g.a[k] * c0[k];
+      t1 += g.a[k] * c1[k];
+      t2 += g.a[k] * c2[k];
+      t3 += g.a[k] * c3[k];
+    }
+    g.y[n] = t0;
+    g.y[n + 1] = t1;
+    g.y[n + 2] = t2;
+    g.y[n + 3] = t3;
+  }
+  for (; n < n1; ++n) {
+    const float* c0 = g.b + n * g.csb;
+    v16f s0 = {};
+    for (int64_t k = 0; k < K16; k += 16) s0 += load16(g.a + k) * load16(c0 + k);
+    float t0 = hsum(s0);
+    for (int64_t k = K16; k < K; ++k) t0 += g.a[k] * c0[k];
+    g.y[n] = t0;
+  }
+}
+// Columns [n0, n1) when b's rows are contiguous (any a stride).
+[[gnu::always_inline]] inline void gemv_rows(const Gemv& g, int64_t n0, int64_t n1) {
+  float* __restrict y = g.y + n0;
+  const int64_t w = n1 - n0;
+  for (int64_t j = 0; j < w; ++j) y[j] = 0.0f;
+  for (int64_t k = 0; k < g.K; ++k) {
+    const float av = g.a[k * g.sa];
+    const float* __restrict r = g.b + k * g.rsb + n0;
+    for (int64_t j = 0; j < w; ++j) y[j] += av * r[j];
+  }
+}
+template <bool Dots> void gemv_base(const Gemv& g, int64_t n0, int64_t n1) {
+  if constexpr (Dots) gemv_dots(g, n0, n1);
+  else gemv_rows(g, n0, n1);
+}
+#if defined(__x86_64__)
+template <bool Dots> BP_CPU_AVX512 void gemv_avx512(const Gemv& g, int64_t n0, int64_t n1) {
+  if constexpr (Dots) gemv_dots(g, n0, n1);
+  else gemv_rows(g, n0, n1);
+}
+template <bool Dots> BP_CPU_AVX2 void gemv_avx2(const Gemv& g, int64_t n0, int64_t n1) {
+  if constexpr (Dots) gemv_dots(g, n0, n1);
+  else gemv_rows(g, n0, n1);
+}
+#endif
+
+// True when taken: one row of f32 a, b's columns or rows contiguous.
+bool gemv_f32(const Call& c, const Gemv& g, int64_t N) {
+  const bool dots = g.rsb == 1 && g.sa == 1;
+  if (!dots && g.csb != 1) return false;
+  using Fn = void (*)(const Gemv&, int64_t, int64_t);
+  Fn fn = dots ? &gemv_base<true> : &gemv_base<false>;
+#if defined(__x86_64__)
+  if (isa() >= Isa::avx512) fn = dots ? &gemv_avx512<true> : &gemv_avx512<false>;
+  else if (isa() >= Isa::avx2) fn = dots ? &gemv_avx2<true> : &gemv_avx2<false>;
+#endif
+  // Blocks of 64 columns (whole cache lines of y; the row form's y block
+  // stays in registers and L1), at least ~64K multiply-adds per task.
+  const int64_t blocks = (N + 63) / 64;
+  pfor(c, blocks, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, g.K * 64)), [&](int64_t b0, int64_t b1) {
+    fn(g, b0 * 64, std::min(N, b1 * 64));
+  });
+  return true;
+}
+
 template <bp_dtype D> struct MatmulK {
   static void impl(const Call& c) {
     c.expect(2, BP_PARAMS_NONE);
@@ -67,6 +176,11 @@ template <bp_dtype D> struct MatmulK {
         offs.resize(1);
         batches = 1;
       }
+    }
+    if constexpr (D == BP_DTYPE_F32) {
+      if (M == 1 && batches == 1 &&
+          gemv_f32(c, Gemv{a + offs[0][0], csa, b + offs[0][1], rsb, csb, K, y + offs[0][2]}, N))
+        return;
     }
     // bf16 (and f32 where it wins) through oneDNN when it takes the layout.
     if (onednn::matmul(c, D, offs, M, N, K, rsa, csa, rsb, csb)) return;
