@@ -101,6 +101,54 @@ TEST_CASE("huge shapes are errors, not bad_alloc", "[safety]") {
   }
 }
 
+TEST_CASE("a value's byte size that overflows is an error naming it, never a wrapped buffer size", "[safety]") {
+  // f32 [2^62] is 2^64 bytes: summed unchecked it wrapped to 0 and the plan
+  // gave the kernel a 64-byte buffer to write 2^62 elements into.
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  const int64_t big = int64_t{1} << 62;
+  auto refused = [&](const Graph& g, const std::string& name) {
+    try {
+      rt->compile(g, cpu);
+      FAIL("compiled with a " + name + " of 2^64 bytes");
+    } catch (const Error& e) {
+      CHECK(e.code() == BP_ERR_OUT_OF_RANGE);
+      CHECK_THAT(e.what(), Catch::Contains(name) && Catch::Contains("more bytes than a buffer can hold"));
+    }
+  };
+  {
+    Graph g;
+    g.input("x", BP_DTYPE_F32, {big});
+    g.node("y", "relu", {"x"});
+    g.output("y");
+    refused(g, "input 'x'");
+  }
+  {
+    Graph g;  // the view is free; the kernel's output is not
+    g.input("x", BP_DTYPE_F32, {1});
+    g.node("b", "broadcast_to", {"x"}, {{"shape", {big}}});
+    g.node("y", "relu", {"b"});
+    g.output("y");
+    refused(g, "node 'y'");
+  }
+  {
+    Graph g;  // 2^31 x 2^31 elements of 8 bytes
+    g.input("x", BP_DTYPE_F64, {1, 1});
+    g.node("b", "broadcast_to", {"x"}, {{"shape", {int64_t{1} << 31, int64_t{1} << 31}}});
+    g.node("y", "neg", {"b"});
+    g.output("y");
+    refused(g, "node 'y'");
+  }
+  // The runtime and its CPU are intact afterwards.
+  Graph ok;
+  ok.input("x", BP_DTYPE_F32, {2});
+  ok.node("y", "neg", {"x"});
+  ok.output("y");
+  HostTensor x(BP_DTYPE_F32, {2});
+  x.set(1, -2.0);
+  CHECK(rt->compile(ok, cpu).run({{"x", x}}).at("y").get(1) == 2);
+}
+
 TEST_CASE("a plan over the memory budget fails at compile time, naming the bytes", "[safety]") {
   auto rt = cpu_runtime(1 << 20);
   Graph g;

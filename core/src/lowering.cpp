@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "checked.hpp"
 #include "vendor_ops.hpp"
 
 namespace backplane::detail {
@@ -12,10 +13,18 @@ namespace {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-uint64_t nbytes(bp_dtype d, const Shape& s) {
-  uint64_t n = dtype_size(d);
-  for (auto x : s) n *= static_cast<uint64_t>(x);
-  return n;
+// The bytes a dense value of `d` and `s` spans, checked: a size that
+// overflows (f32 [2^62], a broadcast_to that large fed to a kernel) is an
+// Error naming the value (what() makes its name only then), never a wrapped
+// number a buffer is then sized by.
+template <class What> uint64_t nbytes(bp_dtype d, const Shape& s, What what) {
+  int64_t n = static_cast<int64_t>(dtype_size(d));
+  for (auto x : s)
+    if (x < 0 || __builtin_mul_overflow(n, x, &n) || n > kMaxCount)
+      throw Error(what() + ": " + std::string(dtype_name(d)) + " " + shape_str(s) +
+                      " is more bytes than a buffer can hold (the limit is 2^62)",
+                  BP_ERR_OUT_OF_RANGE);
+  return static_cast<uint64_t>(n);
 }
 
 std::string kernel_list(const Device& dev, const std::string& op) {
@@ -43,7 +52,7 @@ class Lowerer {
   Lowered run() {
     for (const auto& in : g_.inputs()) {
       if (l_.by_name.count(in.name)) throw Error("graph input '" + in.name + "' is defined twice");
-      const int r = new_root(nbytes(in.dtype, in.shape), -1);
+      const int r = new_root(nbytes(in.dtype, in.shape, [&] { return "input '" + in.name + "'"; }), -1);
       const int v = add_value(in.name, in.dtype, in.shape, r, 0, Layout::contiguous(in.shape));
       if (in.constant)
         l_.constants.push_back({v, &*in.constant});
@@ -192,7 +201,7 @@ class Lowerer {
     n.pinned = !node.device.empty();
     find_candidates(n, choices(node, where), 0, false, node.device);
     const int idx = static_cast<int>(l_.nodes.size());
-    const int r = new_root(nbytes(dt, layout.shape()), idx);
+    const int r = new_root(nbytes(dt, layout.shape(), [&] { return "a copy of '" + l_.values[src].name + "'"; }), idx);
     n.output = add_value(name, dt, layout.shape(), r, 0, Layout::contiguous(layout.shape()));
     l_.nodes.push_back(std::move(n));
     return l_.nodes.back().output;
@@ -308,13 +317,15 @@ class Lowerer {
   void emit_kernel_node(LNode n, const std::vector<ValueType>& types, const std::string& name) {
     const int idx = static_cast<int>(l_.nodes.size());
     std::vector<SlotSpec> slots;
-    uint64_t size = nbytes(types[0].dtype, types[0].shape);
+    auto what = [&] { return "node '" + name + "'"; };
+    uint64_t size = nbytes(types[0].dtype, types[0].shape, what);
     if (types.size() > 1) {
       uint64_t off = 0;
       for (const auto& t : types) {
         off = align_up(off, std::max<uint64_t>(l_.align, dtype_size(t.dtype)));
         slots.push_back({t.dtype, t.shape, off});
-        off += nbytes(t.dtype, t.shape);
+        off = static_cast<uint64_t>(checked_add(static_cast<int64_t>(off),
+                                                static_cast<int64_t>(nbytes(t.dtype, t.shape, what)), what() + ": its slots' bytes"));
       }
       size = off;
     }
@@ -499,9 +510,9 @@ class Lowerer {
 uint64_t LValue::bytes() const {
   if (!slots.empty()) {
     const auto& last = slots.back();
-    return last.byte_offset + nbytes(last.dtype, last.shape);
+    return last.byte_offset + nbytes(last.dtype, last.shape, [&] { return "value '" + name + "'"; });
   }
-  return nbytes(dtype, shape);
+  return nbytes(dtype, shape, [&] { return "value '" + name + "'"; });
 }
 
 std::string signature(const std::string& op, const std::vector<bp_dtype>& key) {
