@@ -6,6 +6,9 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <unistd.h>
+#include <fstream>
+#include <filesystem>
 #include <thread>
 
 using namespace backplane;
@@ -269,6 +272,49 @@ TEST_CASE("auto skips broken plugins on the path", "[safety]") {
   g.output("s");
   const auto out = rt->compile(g, list).run({{"a", f32({3}, {0, 0, 0})}});
   CHECK(out.at("s").get(1) == Approx(1.0 / 3));
+}
+
+TEST_CASE("naming a rejected plugin's device is an error, never another plugin's device of that kind", "[safety]") {
+  // A CPU plugin whose library is missing (rejected at load) beside a
+  // plugin whose device is of kind "cpu" (fx_good, like lavapipe's vulkan0):
+  // "cpu" once ran on the other plugin's device with exit 0.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("bp_rejected_cpu_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(BACKPLANE_FIXTURE_DIR) / "fx_good.json", dir / "fx_good.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(fs::path(BACKPLANE_FIXTURE_DIR) / "libfx_good.so", dir / "libfx_good.so", fs::copy_options::overwrite_existing);
+  {
+    std::ifstream in(fs::path(BACKPLANE_PLUGIN_DIR) / "cpu.json");
+    Json m = Json::parse(in);
+    m["plugin"]["library_path"] = "libbackplane_cpu_not_built.so";
+    std::ofstream(dir / "cpu.json") << m.dump();
+  }
+  RuntimeOptions opts;
+  opts.use_environment = false;
+  opts.use_default_path = false;  // only the folder above
+  opts.plugin_paths = {dir};
+  auto rt = Runtime::create(opts);
+  for (const char* name : {"cpu", "cpu0"}) {
+    try {
+      Device& d = rt->device(name);
+      FAIL(std::string(name) + " selected " + d.name() + " of plugin " + d.plugin_name());
+    } catch (const Error& e) {
+      CHECK(e.code() == BP_ERR_UNAVAILABLE);
+      CHECK_THAT(e.what(), Catch::Contains("plugin 'cpu' was rejected") && Catch::Contains("libbackplane_cpu_not_built.so"));
+    }
+  }
+  CHECK_THROWS_WITH(rt->select_devices("fx_good0,cpu"), Catch::Contains("plugin 'cpu' was rejected"));
+  // The other plugin still serves, by its own name and under auto, which
+  // leaves the rejected plugin out.
+  CHECK(rt->device("fx_good").plugin_name() == "fx_good");
+  CHECK(rt->device("auto").plugin_name() == "fx_good");
+  rt.reset();
+  fs::remove_all(dir);
+}
+
+TEST_CASE("device(\"auto\") is the first device of select_devices(\"auto\")", "[safety]") {
+  auto rt = cpu_runtime();
+  CHECK(&rt->device("auto") == rt->select_devices("auto").front());
 }
 
 TEST_CASE("asking for a device whose manifest is broken says why", "[safety]") {

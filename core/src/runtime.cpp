@@ -298,9 +298,11 @@ std::vector<Device*> Runtime::select_devices(const std::string& list) {
 }
 
 Device& Runtime::device(const std::string& selector_in) {
-  std::string selector = selector_in;
-  if (selector == "auto" && impl_->options.use_environment)
-    if (const char* env = safe_getenv("BACKPLANE_DEVICE"); env && *env) selector = split_list(env).front();
+  // auto: the first of select_devices("auto") (BACKPLANE_DEVICE's first,
+  // then GPUs, accelerators, the CPU plugin before emulated CPU-kind
+  // devices), so C++, the CLI and Python pick the same device.
+  if (selector_in == "auto") return *select_devices("auto").front();
+  const std::string& selector = selector_in;
   std::lock_guard<std::mutex> lk(impl_->mu);
   auto ensure = [&](Plugin& p) { p.load(&impl_->host); };
   std::string rejected;
@@ -318,6 +320,16 @@ Device& Runtime::device(const std::string& selector_in) {
     if (!plugin_match && !prefix_match) continue;
     ensure(*p);
     note_rejection(*p);
+    // The plugin's own name, or one of its device names (name + index),
+    // while the plugin is rejected: an error with the reason, never another
+    // plugin's device of a kind that happens to share the name ("cpu" on
+    // lavapipe's vulkan0).
+    const bool names_its_device =
+        plugin_match || (selector.size() > name.size() &&
+                         selector.find_first_not_of("0123456789", name.size()) == std::string::npos);
+    if (p->rejected() && names_its_device)
+      throw Error("device '" + selector + "': plugin '" + name + "' was rejected: " + p->info().rejection,
+                  BP_ERR_UNAVAILABLE);
     if (!p->loaded()) continue;
     for (auto& d : p->devices())
       if (d->name() == selector) return *d;
