@@ -38,6 +38,9 @@ struct Case {
   std::map<std::string, HostTensor> inputs;
   double bytes = 0;  // memory traffic of one run, for GB/s
   double flops = 0;  // for GFLOP/s
+  // What one timed run is: execute() on inputs set once, run(inputs), or
+  // submit(inputs) and its outputs (what an application pays per call).
+  enum class Call { execute, run, submit } call = Call::execute;
 };
 
 HostTensor filled(Shape shape, uint32_t seed, bp_dtype dtype = BP_DTYPE_F32) {
@@ -211,6 +214,13 @@ std::vector<Case> all_cases(const std::string& filter) {
     }
   }
   if (want("add_1elem_per_call")) cases.push_back(binary_case("add_1elem_per_call", {1}, {1}, false));
+  // run(inputs) against submit(inputs).outputs() on the same one-element
+  // plan: the price of asynchrony per call.
+  for (const auto& [name, call] : {std::pair{"add_1elem_run", Case::Call::run}, std::pair{"add_1elem_submit_wait", Case::Call::submit}})
+    if (want(name)) {
+      cases.push_back(binary_case(name, {1}, {1}, false));
+      cases.back().call = call;
+    }
   if (want("chain100_add_4K")) {
     // 100 small dependent ops in one plan: the cost per dispatch/kernel call.
     Case c{"chain100_add_4K", {}, {}, 0, 0};
@@ -466,7 +476,13 @@ int cmd_bench(const Args& in) {
     try {
       Plan plan = rt->compile(c.graph, list);
       for (auto& [name, t] : c.inputs) plan.set_input(name, t);
-      const double t = bench::median_seconds([&] { plan.execute(); }, min_time);
+      const double t = bench::median_seconds(
+          [&] {
+            if (c.call == Case::Call::run) plan.run(c.inputs);
+            else if (c.call == Case::Call::submit) plan.submit(c.inputs).outputs();
+            else plan.execute();
+          },
+          min_time);
       std::string rate;
       char buf[64];
       if (c.flops > 0) std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", c.flops / t / 1e9), rate = buf;

@@ -2,6 +2,7 @@
 // plan's cells, calls kernels, moves transfers and synchronizes each
 // device's run; outputs read back; submitted (asynchronous) runs.
 #include "plan_impl.hpp"
+#include "thread_pool.hpp"
 
 namespace backplane {
 
@@ -493,67 +494,168 @@ std::map<std::string, HostTensor> Plan::run(const std::map<std::string, HostTens
 
 // ---- Asynchronous runs ------------------------------------------------------
 
+// The outcome of a submitted run: set once by the plan's Submitter thread.
+// Waiters watch `done` for as long as the pool's workers spin, then sleep
+// (so submit().wait() costs about what run() does).
 struct Completion::State {
-  std::shared_future<void> done;
+  std::atomic<bool> done{false};
+  std::mutex m;
+  std::condition_variable cv;
+  std::exception_ptr error;
+  bool has_outputs = false;
+  std::map<std::string, HostTensor> outputs;
+
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lk(m);
+      error = std::move(e);
+      done.store(true, std::memory_order_release);
+    }
+    cv.notify_all();
+  }
+  void wait_done() {
+    if (done.load(std::memory_order_acquire)) return;
+    const auto until = std::chrono::steady_clock::now() + detail::spin_time();
+    while (std::chrono::steady_clock::now() < until)
+      for (int i = 0; i < 64; ++i) {
+        if (done.load(std::memory_order_acquire)) return;
+        detail::cpu_relax();
+      }
+    std::unique_lock<std::mutex> lk(m);
+    cv.wait(lk, [&] { return done.load(std::memory_order_acquire); });
+  }
 };
 
+namespace detail::plan {
+
+Submitter::Submitter() : t_([this] { loop(); }) {}
+
+Submitter::~Submitter() {
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  t_.join();
+}
+
+void Submitter::post(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    q_.push_back(std::move(job));
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_one();
+}
+
+void Submitter::loop() {
+  for (;;) {
+    // Watch for the next run briefly, then sleep.
+    const auto until = std::chrono::steady_clock::now() + spin_time();
+    while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
+      for (int i = 0; i < 64 && queued_.load(std::memory_order_relaxed) == 0; ++i) cpu_relax();
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lk(m_);
+      cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+      if (q_.empty()) return;  // stopping, nothing left
+      job = std::move(q_.front());
+      q_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    job();  // never throws: the job keeps its error in its Completion
+  }
+}
+
+}  // namespace detail::plan
+
 Completion::~Completion() {
-  if (state_ && state_->done.valid()) state_->done.wait();
+  if (state_) state_->wait_done();
 }
 
 Completion& Completion::operator=(Completion&& o) noexcept {
   if (this != &o) {
-    if (state_ && state_->done.valid()) state_->done.wait();
+    if (state_) state_->wait_done();
     state_ = std::move(o.state_);
+    keep_ = std::move(o.keep_);
   }
   return *this;
 }
 
 void Completion::wait() {
   if (!state_) throw Error("wait on an empty Completion");
-  state_->done.get();
+  state_->wait_done();
+  if (state_->error) std::rethrow_exception(state_->error);
 }
 
 bool Completion::poll() const {
   if (!state_) throw Error("poll on an empty Completion");
-  return state_->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  return state_->done.load(std::memory_order_acquire);
 }
 
 std::exception_ptr Completion::error() {
   if (!state_) throw Error("error on an empty Completion");
-  try {
-    state_->done.get();
-  } catch (...) {
-    return std::current_exception();
-  }
-  return nullptr;
+  state_->wait_done();
+  return state_->error;
 }
 
-Completion Plan::submit() { return submit({}); }
+const std::map<std::string, HostTensor>& Completion::outputs() {
+  wait();
+  if (!state_->has_outputs)
+    throw Error("this run's outputs were not kept: submit(inputs) keeps them (after submit(), read them with "
+                "Plan::output while no other run is submitted)");
+  return state_->outputs;
+}
 
-Completion Plan::submit(const std::map<std::string, HostTensor>& inputs) {
+Completion Plan::submit() { return submit_impl(nullptr); }
+
+Completion Plan::submit(const std::map<std::string, HostTensor>& inputs) { return submit_impl(&inputs); }
+
+Completion Plan::submit_impl(const std::map<std::string, HostTensor>* inputs) {
   if (!impl_) throw Error("submit on an empty plan");
-  std::shared_ptr<Impl> impl = impl_;
-  // Taken here, released by the run's thread when it ends: calls made after
-  // submit() returns see the plan as the run leaves it.
+  Impl* impl = impl_.get();
+  {
+    std::lock_guard<std::mutex> lk(impl->submitter_mu);
+    if (!impl->submitter) impl->submitter = std::make_unique<detail::plan::Submitter>();
+  }
+  // Taken here, released by the run when it ends: calls made after submit()
+  // returns see the plan as the run leaves it.
   impl->mu.lock();
   Completion c;
   try {
-    for (const auto& [name, t] : inputs) impl->set_input(name, t);
-    c.state_ = std::make_shared<Completion::State>();
-    c.state_->done = std::async(std::launch::async, [impl]() {
-                       struct Release {
-                         Impl& p;
-                         ~Release() { p.mu.unlock(); }
-                       } release{*impl};
-                       try {
-                         impl->execute();
-                       } catch (const std::bad_alloc&) {
-                         throw Error("running the plan: out of host memory", BP_ERR_OUT_OF_MEMORY);
-                       }
-                     }).share();
+    if (inputs) {
+      // Like run(): every input given (or bound to a Tensor), the outputs
+      // read before the plan is released, so another submission cannot
+      // overwrite them first.
+      for (const auto& [name, v] : impl->inputs) {
+        const int cell = impl->vbufs[impl->values[v].root].cell;
+        if (!inputs->count(name) && impl->cells[cell] == impl->own[cell])
+          throw Error("input '" + name + "' was not given (nor bound to a Tensor with set_input)");
+      }
+      for (const auto& [name, t] : *inputs) impl->set_input(name, t);
+    }
+    auto state = std::make_shared<Completion::State>();
+    state->has_outputs = inputs != nullptr;
+    c.state_ = state;
+    c.keep_ = impl_;  // the plan lives until the Completion goes (never on the run's thread)
+    impl->submitter->post([impl, state] {
+      std::exception_ptr error;
+      try {
+        try {
+          impl->execute();
+          if (state->has_outputs)
+            for (const auto& name : impl->outputs) state->outputs[name] = impl->output(name);
+        } catch (const std::bad_alloc&) {
+          throw Error("running the plan: out of host memory", BP_ERR_OUT_OF_MEMORY);
+        }
+      } catch (...) {
+        error = std::current_exception();
+      }
+      impl->mu.unlock();
+      state->finish(error);
+    });
   } catch (...) {
-    // Nothing was started (set_input failed, or no thread could be made).
+    // Nothing was started (an input refused, or no memory for the job).
     impl->mu.unlock();
     throw;
   }

@@ -16,10 +16,13 @@ namespace {
 
 thread_local bool t_inside_pool = false;
 
-// How long a worker watches for the next job before it sleeps: longer than
-// the gap between two kernels of a plan, short enough not to burn a core
-// while the application does something else.
-// BACKPLANE_SPIN_US overrides it (0: sleep at once, the behaviour before).
+constexpr int kPauseSpins = 2048;
+
+constexpr uint64_t kChunkMask = 0xffffffffu;
+inline uint64_t gen_of(uint64_t s) { return s >> 32; }
+
+}  // namespace
+
 std::chrono::microseconds spin_time() {
   static const std::chrono::microseconds t = [] {
     const char* e = std::getenv("BACKPLANE_SPIN_US");
@@ -30,20 +33,14 @@ std::chrono::microseconds spin_time() {
   }();
   return t;
 }
-constexpr int kPauseSpins = 2048;
 
-inline void cpu_relax() {
+void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
 #else
   std::this_thread::yield();
 #endif
 }
-
-constexpr uint64_t kChunkMask = 0xffffffffu;
-inline uint64_t gen_of(uint64_t s) { return s >> 32; }
-
-}  // namespace
 
 unsigned available_cores() {
   cpu_set_t set;

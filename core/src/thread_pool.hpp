@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -56,5 +57,14 @@ class ThreadPool {
 
 // The number of cores this process may use (sched affinity).
 unsigned available_cores();
+
+// How long a waiting thread (a pool worker, a plan's submission thread, a
+// Completion's waiter) watches for work before it sleeps: longer than the
+// gap between two kernels of a plan, short enough not to burn a core while
+// the application does something else. BACKPLANE_SPIN_US overrides it (0:
+// sleep at once).
+std::chrono::microseconds spin_time();
+// One pause of a spin-wait loop.
+void cpu_relax();
 
 }  // namespace backplane::detail

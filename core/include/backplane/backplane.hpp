@@ -396,9 +396,11 @@ struct RuntimeOptions {
 
 class Plan;
 
-// The result of Plan::submit: the run goes on in its own thread.
-// Threads: wait(), poll() and error() may be called from any thread, any
-// number of times; the destructor waits for the run (never throws).
+// The result of Plan::submit: the run goes on in the plan's submission
+// thread (one per plan, runs in the order submitted).
+// Threads: wait(), poll(), error() and outputs() may be called from any
+// thread, any number of times; the destructor waits for the run (never
+// throws).
 class Completion {
  public:
   Completion() = default;
@@ -413,6 +415,10 @@ class Completion {
   bool poll() const;
   // Blocks until finished; the run's error, or nullptr on success.
   std::exception_ptr error();
+  // submit(inputs) only: the run's graph outputs, read before the plan was
+  // released (another submission cannot have overwritten them), like run()'s
+  // result. wait() first: throws the run's Error, if any.
+  const std::map<std::string, HostTensor>& outputs();
   bool valid() const { return state_ != nullptr; }
 
   struct State;
@@ -420,6 +426,7 @@ class Completion {
  private:
   friend class Plan;
   std::shared_ptr<State> state_;
+  std::shared_ptr<void> keep_;  // the plan, alive until the run is waited for
 };
 
 struct CompileOptions {
@@ -592,6 +599,9 @@ class Plan {
   // call until the run ends; other calls on it wait). Errors, a kernel's or
   // one a device finds, come out of Completion::wait naming the node.
   // Plans compiled separately run at the same time, on different devices too.
+  // submit(inputs) is run() made asynchronous: every input must be given (or
+  // bound), and Completion::outputs() holds this run's outputs, atomic like
+  // run()'s. After submit(), Plan::output reads whichever run wrote last.
   Completion submit();
   Completion submit(const std::map<std::string, HostTensor>& inputs);
 
@@ -654,6 +664,7 @@ class Plan {
 
  private:
   friend class Runtime;
+  Completion submit_impl(const std::map<std::string, HostTensor>* inputs);
   // Shared with asynchronous runs in flight (Plan::submit).
   std::shared_ptr<Impl> impl_;
 };
