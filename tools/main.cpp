@@ -4,6 +4,7 @@
 
 #include <backplane/backplane.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -104,6 +105,28 @@ environment:
                           BACKPLANE_ISOLATE_DEADLINE_MS ends a kernel that runs longer
 )";
 
+// The usage block of one command: its lines in kUsage, from "  <cmd> " up to
+// the next command (or the end of the command list). Empty when unknown.
+std::string command_usage(const std::string& cmd) {
+  const std::string text = kUsage;
+  const size_t at = text.find("\n  " + cmd + " ");
+  const size_t at_end = text.find("\n  " + cmd + "\n");
+  size_t start = std::min(at, at_end);
+  if (start == std::string::npos) return "";
+  ++start;
+  size_t end = start;
+  for (;;) {
+    const size_t nl = text.find('\n', end);
+    if (nl == std::string::npos) return text.substr(start);
+    end = nl + 1;
+    // A line at the commands' indent with a word right after it starts the
+    // next command; a blank line or a heading ends the list.
+    if (end >= text.size() || text[end] == '\n' || text[end] != ' ' ||
+        (text.compare(end, 2, "  ") == 0 && end + 2 < text.size() && text[end + 2] != ' '))
+      return text.substr(start, end - start);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,6 +138,18 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = args.front();
   args.erase(args.begin());
+  // `backplane CMD --help` (or -h) anywhere in the command's arguments: its
+  // usage, never the option taken for a file or a value.
+  if (std::find_if(args.begin(), args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; }) !=
+      args.end()) {
+    const std::string usage = command_usage(cmd);
+    if (usage.empty()) {
+      std::fprintf(stderr, "backplane: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+      return 2;
+    }
+    std::printf("usage: backplane %s", usage.substr(2).c_str());
+    return 0;
+  }
   try {
     if (cmd == "devices") return cmd_devices(args);
     if (cmd == "run") return cmd_run(args);
