@@ -140,6 +140,9 @@ LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vecto
     names.insert(s);
     return s;
   };
+  // A kernel row of `op` for the node's dtypes (every input present: a
+  // vendor op's inputs are all required, so conv2d without a bias keeps
+  // its layout).
   auto has_row = [&](const std::string& op, const Node& n) {
     std::vector<bp_dtype> key;
     for (const auto& in : n.inputs) {
@@ -154,7 +157,6 @@ LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vecto
       if (k.op == op && !k.variadic && k.dtypes == key) return true;
     return false;
   };
-
   // Which nodes take their variant: those in a chain, where a candidate's
   // output reaches another candidate directly or through elementwise nodes
   // (both ends then take it). A lone convolution stays as it is: its
