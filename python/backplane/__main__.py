@@ -36,6 +36,11 @@ def cmd_run(args):
         folder = pathlib.Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)
         for name, value in out.items():
+            # The files `backplane run` writes: NumPy has no bf16, so a bf16
+            # output is saved as its bit patterns (<u2), not widened values.
+            # The float32 values came from bf16 exactly: the top half is it.
+            if plan.output_dtype(name) == "bf16":
+                value = (np.ascontiguousarray(value, np.float32).view(np.uint32) >> 16).astype("<u2")
             np.save(folder / f"{name}.npy", value)
     else:
         for name, value in out.items():

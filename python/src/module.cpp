@@ -481,6 +481,9 @@ PYBIND11_MODULE(_backplane, m) {
         return py::module_::import("json").attr("loads")(p.plan.profile_json().dump());
       })
       .def("profile_table", [](const PyPlan& p) { return p.plan.profile_table(); })
+      .def("output_dtype", [](const PyPlan& p, const std::string& name) {
+        return std::string(dtype_name(p.plan.value_type(name).first));
+      }, "the dtype name of a graph output (\"bf16\" outputs come out as float32 values)")
       .def_property_readonly("output_names", [](const PyPlan& p) { return p.outs; })
       .def_property_readonly("input_names", [](const PyPlan& p) { return p.ins; })
       .def_property_readonly("devices", [](const PyPlan& p) { return p.plan.devices(); });

@@ -345,6 +345,34 @@ def test_graph_files_and_module_cli(tmp_path):
     assert r.returncode == 1 and "missing.json" in r.stderr
 
 
+def test_module_cli_run_writes_the_files_backplane_run_writes(tmp_path):
+    # bf16 outputs: `backplane run` saves their bit patterns (<u2); the
+    # module once saved float32 values, so the two disagreed on such graphs.
+    from backplane.__main__ import find_program
+    program = find_program()
+    if not program:
+        pytest.skip("the backplane program is not next to the package")
+    (tmp_path / "g.json").write_text(json.dumps({
+        "inputs": {"x": {"value": [1.5, -2.25, 3.0078125, 1e-3], "dtype": "f32"}},
+        "nodes": [{"name": "h", "op": "cast", "inputs": ["x"], "params": {"dtype": "bf16"}},
+                  {"name": "y", "op": "neg", "inputs": ["h"]},
+                  {"name": "z", "op": "relu", "inputs": ["x"]}],
+        "outputs": ["y", "z"],
+    }))
+    r = subprocess.run([sys.executable, "-m", "backplane", "run", str(tmp_path / "g.json"), "--device", "cpu",
+                        "--out", str(tmp_path / "py")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([program, "run", str(tmp_path / "g.json"), "--device", "cpu", "--out", str(tmp_path / "cli")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for name in ("y", "z"):
+        assert (tmp_path / "py" / f"{name}.npy").read_bytes() == (tmp_path / "cli" / f"{name}.npy").read_bytes(), name
+    y = np.load(tmp_path / "py" / "y.npy")
+    assert y.dtype == np.dtype("<u2")
+    # -1.5 is 0xBFC0 in bf16; 3.0078125 rounds to 3.0 (0x4040), negated 0xC040.
+    assert y[0] == 0xBFC0 and y[2] == 0xC040
+
+
 def test_module_cli_conformance():
     r = subprocess.run([sys.executable, "-m", "backplane", "conformance", "--plugin", "cpu", "--quick", "--quiet",
                         "--compare", "none", "--filter", "add"], capture_output=True, text=True)
