@@ -73,9 +73,25 @@ bp_dtype parse_dtype(const py::handle& h) {
   if (py::isinstance<py::str>(h)) {
     if (auto d = dtype_from_name(h.cast<std::string>())) return *d;
   }
-  const bp_dtype d = dtype_of(py::dtype::from_args(py::reinterpret_borrow<py::object>(h)));
-  if (d == BP_DTYPE_INVALID) throw Error("no Backplane dtype for " + py::str(h).cast<std::string>());
+  bp_dtype d = BP_DTYPE_INVALID;
+  try {
+    d = dtype_of(py::dtype::from_args(py::reinterpret_borrow<py::object>(h)));
+  } catch (const py::error_already_set&) {
+    // NumPy's TypeError for a name it does not know: a backplane.Error
+    // like every other bad argument, naming what was given.
+  }
+  if (d == BP_DTYPE_INVALID)
+    throw Error("no Backplane dtype for " + py::repr(h).cast<std::string>() +
+                " (f32, f64, f16, bf16, i8, i16, i32, i64, u8, bool, or the NumPy dtype of one)",
+                BP_ERR_INVALID_ARGUMENT);
   return d;
+}
+
+// The array in the machine's byte order: a big-endian array ('>f4') is
+// converted (its bytes were once read as they were, byte-swapped values).
+py::array native_order(py::array a) {
+  if (a.dtype().attr("isnative").cast<bool>()) return a;
+  return a.attr("astype")(a.dtype().attr("newbyteorder")("=")).cast<py::array>();
 }
 
 Shape shape_of(const py::array& a) { return Shape(a.shape(), a.shape() + a.ndim()); }
@@ -121,8 +137,23 @@ py::array as_input(const py::handle& value, bp_dtype want, const std::string& na
       !py::isinstance<py::float_>(value) && !py::isinstance<py::int_>(value) && !py::isinstance<py::bool_>(value))
     throw Error("input '" + name + "': expected a NumPy array or a backplane.Tensor, got " +
                 py::str(py::type::of(value)).cast<std::string>());
-  auto a = py::array::ensure(value, 0).attr("astype")(numpy_dtype(want), py::arg("order") = "C", py::arg("casting") = "same_kind",
-                                        py::arg("copy") = false)
+  py::array given = py::array::ensure(value, 0);
+  if (!given) throw Error("input '" + name + "': cannot be read as a NumPy array");
+  // NumPy's same_kind casting wraps integers that do not fit (int64 2^40
+  // to i32): refuse them instead, naming the range.
+  const py::dtype to = numpy_dtype(want);
+  if (given.dtype().kind() == 'i' || given.dtype().kind() == 'u')
+    if ((to.kind() == 'i' || to.kind() == 'u') && given.size() > 0 &&
+        !py::module_::import("numpy").attr("can_cast")(given.dtype(), to, "safe").cast<bool>()) {
+      py::module_ np = py::module_::import("numpy");
+      const py::object info = np.attr("iinfo")(to);
+      const py::object lo = given.attr("min")(), hi = given.attr("max")();
+      if (lo.attr("__lt__")(info.attr("min")).cast<bool>() || hi.attr("__gt__")(info.attr("max")).cast<bool>())
+        throw Error("input '" + name + "': values from " + py::str(lo).cast<std::string>() + " to " +
+                        py::str(hi).cast<std::string>() + " do not fit " + std::string(dtype_name(want)),
+                    BP_ERR_OUT_OF_RANGE);
+    }
+  auto a = given.attr("astype")(to, py::arg("order") = "C", py::arg("casting") = "same_kind", py::arg("copy") = false)
       .cast<py::array>();
   return want == BP_DTYPE_BF16 ? to_bf16_bits(a) : a;
 }
@@ -145,7 +176,8 @@ void set_input(Runtime* rt, Plan& plan, const std::string& name, const py::handl
   const auto [dtype, shape] = plan.value_type(name);
   if (py::isinstance<py::array>(value)) {
     auto a = py::reinterpret_borrow<py::array>(value);
-    const bool exact = dtype_of(a.dtype()) == dtype && (a.flags() & py::array::c_style);
+    const bool exact = dtype_of(a.dtype()) == dtype && (a.flags() & py::array::c_style) &&
+                       a.dtype().attr("isnative").cast<bool>();
     if (exact && !copy && static_cast<uint64_t>(a.nbytes()) >= kInPlaceBytes && rt) {
       Device& dev = plan.input_device(name);
       if (dev.imports_host_memory() && shape_of(a) == shape &&
@@ -340,7 +372,8 @@ PYBIND11_MODULE(_backplane, m) {
         g.input(name, parse_dtype(dtype), shape);
       }, py::arg("name"), py::arg("dtype"), py::arg("shape"))
       .def("constant", [](Graph& g, const std::string& name, py::array value) {
-        py::array a = py::array::ensure(value, py::array::c_style | py::array::forcecast);
+        py::array a = native_order(py::array::ensure(value, py::array::c_style | py::array::forcecast));
+        a = py::array::ensure(a, py::array::c_style);
         const bp_dtype d = dtype_of(a.dtype());
         if (d == BP_DTYPE_INVALID) throw Error("constant '" + name + "': no Backplane dtype for this array's dtype");
         HostTensor t(d, shape_of(a));
@@ -456,6 +489,8 @@ PYBIND11_MODULE(_backplane, m) {
         const auto [dtype, shape] = p.plan.value_type(name);
         if (!(a.flags() & py::array::c_style) || !a.writeable())
           throw Error("bind_output '" + name + "': the array must be C-contiguous and writeable");
+        if (!a.dtype().attr("isnative").cast<bool>())
+          throw Error("bind_output '" + name + "': the array's byte order is not this machine's (kernels write native values)");
         if (dtype_of(a.dtype()) != dtype || shape_of(a) != shape)
           throw Error("bind_output '" + name + "': expected " + std::string(dtype_name(dtype)) + shape_str(shape) +
                       ", got " + std::string(dtype_name(dtype_of(a.dtype()))) + shape_str(shape_of(a)));
@@ -536,6 +571,7 @@ PYBIND11_MODULE(_backplane, m) {
       .def("upload", [](Runtime& rt, py::object value, const std::string& device, py::object dtype) {
         py::array a = py::array::ensure(value, py::array::c_style);
         if (!a) throw Error("upload: expected a NumPy array");
+        a = py::array::ensure(native_order(a), py::array::c_style);
         const bp_dtype d = dtype.is_none() ? dtype_of(a.dtype()) : parse_dtype(dtype);
         if (d == BP_DTYPE_INVALID) throw Error("upload: no Backplane dtype for this array's dtype");
         if (!dtype.is_none()) a = as_input(a, d, "upload");

@@ -428,3 +428,39 @@ def test_optimize_fuses_conv_relu_and_can_be_turned_off(rt):
     assert "cpu.conv2d_relu" not in plain.explain()
     for plan in (fused, plain):
         np.testing.assert_allclose(plan(x=x)["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_big_endian_arrays_go_in_as_their_values():
+    # '>f4' bytes were once read as they were: byte-swapped values.
+    x = np.array([1.5, -2.0, 3.25, 1e-3] * 8192, dtype=">f4")  # 128 KiB: past the in-place threshold too
+    g = backplane.Graph()
+    g.input("x", "f32", [x.size])
+    g.constant("k", np.array([2.0], dtype=">f8").astype(">f4"))
+    g.node("y", "mul", ["x", "k"])
+    g.output("y")
+    plan = backplane.compile(g, "cpu")
+    np.testing.assert_array_equal(plan(x=x)["y"], x.astype("<f4") * 2)
+    t = backplane.upload(np.array([[7, -1]], dtype=">i8"), device="cpu")
+    np.testing.assert_array_equal(t.numpy(), [[7, -1]])
+    out = np.zeros(x.size, dtype=">f4")
+    with pytest.raises(backplane.Error, match="byte order"):
+        plan.bind_output("y", out)
+
+
+def test_integers_that_do_not_fit_are_refused_not_wrapped():
+    g = backplane.Graph()
+    g.input("i", "i32", [3])
+    g.node("y", "neg", ["i"])
+    g.output("y")
+    plan = backplane.compile(g, "cpu")
+    np.testing.assert_array_equal(plan(i=np.array([1, -2, 3], np.int64))["y"], [-1, 2, -3])  # they fit: fine
+    with pytest.raises(backplane.Error, match=r"input 'i': values from 1 to 1099511627776 do not fit i32"):
+        plan(i=np.array([1, 2, 1 << 40], np.int64))
+
+
+def test_a_bad_dtype_is_a_backplane_error():
+    g = backplane.Graph()
+    for bad in ("f33", "float7", 3.5):
+        with pytest.raises(backplane.Error, match="no Backplane dtype"):
+            g.input("x", bad, [2])
+
