@@ -10,8 +10,6 @@ backplane.Error naming the output and the largest error.
 
 import io
 
-import numpy as np
-
 from . import _backplane
 from . import onnx as _onnx
 
@@ -36,6 +34,8 @@ def from_torch(module, *example_inputs, device="cpu", check=True, opset=13, rtol
     `input_names` (default: input0, input1, ...), outputs `output_names`
     (default: output0, ...). With check=True, runs both and compares."""
     import torch
+
+    import numpy as np  # here, not at import: `python3 -m backplane devices` needs no NumPy
 
     if not example_inputs:
         raise _backplane.Error("from_torch needs at least one example input")

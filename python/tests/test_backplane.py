@@ -464,3 +464,12 @@ def test_a_bad_dtype_is_a_backplane_error():
         with pytest.raises(backplane.Error, match="no Backplane dtype"):
             g.input("x", bad, [2])
 
+
+def test_module_devices_needs_no_numpy():
+    # `python3 -m backplane devices` uses no NumPy; it once failed without it.
+    code = ("import sys, runpy; sys.modules['numpy'] = None; sys.argv = ['backplane', 'devices']; "
+            "runpy.run_module('backplane', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "cpu" in r.stdout
+
