@@ -230,7 +230,7 @@ namespace {
 
 // A small ResNet-like chain: stem conv -> relu -> max_pool2d, a residual
 // block (conv -> relu -> conv, add, relu), a fire module (1x1 and 3x3
-// convs concatenated along channels), then a weight-heavy 3x3 on a
+// convs concatenated along channels) squared, then a weight-heavy 3x3 on a
 // small image (more weights than pixels: the CPU splits it by output
 // channels) whose output is the graph's.
 Graph chain_graph(uint32_t seed) {
@@ -252,7 +252,8 @@ Graph chain_graph(uint32_t seed) {
   conv("e1", "sum_relu", 32, 16, 1, 1);  // a fire module's two expands, joined along channels
   conv("e3", "sum_relu", 32, 16, 3, 1);
   g.node("cat", "concat", {"e1", "e3"}, {{"dim", 1}});
-  conv("down", "cat", 32, 64, 3, 2);
+  g.node("sq", "mul", {"cat", "cat"});  // an elementwise node between convolutions
+  conv("down", "sq", 32, 64, 3, 2);
   g.node("down_relu", "relu", {"down"});
   conv("heavy", "down_relu", 64, 256, 3, 1);
   g.output("heavy");
@@ -276,12 +277,15 @@ TEST_CASE("optimizer: a chain of convolutions stays channels-last and gives the 
   INFO(e);
   CHECK_THAT(e, Contains("layouts: "));
   CHECK_THAT(e, Contains("3 as cpu.conv2d_relu_nhwc"));
-  CHECK_THAT(e, Contains("4 as cpu.conv2d_nhwc"));  // b (an add follows it, not a relu), e1, e3, heavy
+  CHECK_THAT(e, Contains("3 as cpu.conv2d_nhwc"));  // e1, e3, heavy
   CHECK_THAT(e, Contains("1 as cpu.max_pool2d_nhwc"));
+  // b -> add(b, pool) -> relu: the block's last conv with its shortcut.
+  CHECK_THAT(e, Contains("1 as cpu.conv2d_add_relu_nhwc"));
+  CHECK_THAT(e, Contains("sum_relu/channels_last (cpu.conv2d_add_relu_nhwc)"));
   CHECK_THAT(e, Contains("heavy/channels_last (cpu.conv2d_nhwc)"));
-  CHECK_THAT(e, Contains("sum/channels_last (add)"));
   CHECK_THAT(e, Contains("cat/channels_last (concat)"));
-  CHECK_THAT(e, Contains("3 elementwise or concat nodes follow"));
+  CHECK_THAT(e, Contains("sq/channels_last (mul)"));
+  CHECK_THAT(e, Contains("2 elementwise or concat nodes follow"));
   CHECK_FALSE(explains(base, "channels_last"));
 
   HostTensor x = random_tensor({1, 8, 24, 24}, 3);

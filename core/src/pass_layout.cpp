@@ -302,8 +302,8 @@ LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vecto
     r.rewritten += count;
   }
   r.notes.push_back("layouts: " + what + " on " + dev.name() + " (its manifest's layout variants); " +
-                    std::to_string(sunk) + " elementwise or concat node" + (sunk == 1 ? "" : "s") +
-                    " follow in the same layout; " + std::to_string(views) + " permute view" +
+                    std::to_string(sunk) + " elementwise or concat node" + (sunk == 1 ? " follows" : "s follow") +
+                    " in the same layout; " + std::to_string(views) + " permute view" +
                     (views == 1 ? "" : "s") + " give the values back where other ops read them");
   r.rewritten += sunk;
   return r;

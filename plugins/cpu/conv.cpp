@@ -267,6 +267,7 @@ void conv2d_depthwise(const Call& c, DwGeom g, const T* x, const P* w, const P* 
 
 
 template <class T> void activate(const Call& c, const onednn::Activation& act);
+template <class T> void add_residual(const Call& c, const onednn::Activation& act, bool nhwc, const onednn::Residual& r);
 
 // Whether l covers [offset, offset + numel) exactly once: a dense layout
 // with its dims in some order (a permute view of a dense value).
@@ -334,13 +335,22 @@ template <bp_dtype D> struct Conv2dK {
   static void impl(const Call& c) { run(c, {}); }
   // conv2d, then `act` over its output: fused into oneDNN's output pass
   // (a post-op) where oneDNN runs it, else one pass over y afterwards.
-  static void run(const Call& c, const onednn::Activation& act, bool nhwc = false) {
-    if (!conv(c, act, nhwc)) activate<st_t<D>>(c, act);
+  // `res`: act(conv2d + res) (cpu.conv2d_add_relu*, f32).
+  static void run(const Call& c, const onednn::Activation& act, bool nhwc = false,
+                  const onednn::Residual* res = nullptr) {
+    if (res && !nhwc) {
+      conv(c, {});
+      add_residual<st_t<D>>(c, act, false, *res);
+      return;
+    }
+    if (!conv(c, act, nhwc, res)) activate<st_t<D>>(c, act);
   }
-  // True when `act` was applied too. `nhwc`: the output layout is the
-  // [N, O, OH, OW] view (a permute) of a dense channels-last output
-  // (cpu.conv2d*_nhwc), and y is written channels-last.
-  static bool conv(const Call& c, const onednn::Activation& act, bool nhwc = false) {
+  // True when `act` (and `res`, which only the channels-last form takes)
+  // was applied too. `nhwc`: the output layout is the [N, O, OH, OW] view (a
+  // permute) of a dense channels-last output (cpu.conv2d*_nhwc), and y is
+  // written channels-last.
+  static bool conv(const Call& c, const onednn::Activation& act, bool nhwc = false,
+                   const onednn::Residual* res = nullptr) {
     c.expect(3, BP_PARAMS_CONV2D);
     using T = st_t<D>;
     using P = gemm_p_t<T>;
@@ -386,7 +396,8 @@ template <bp_dtype D> struct Conv2dK {
       // activation applied exactly, NaN kept, on each piece while it is in
       // cache); else the NCHW paths below into a scratch output, transposed
       // into y.
-      if (onednn::conv2d_nhwc(c, D, {N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW, act}))
+      if (onednn::conv2d_nhwc(c, D, {N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW, act,
+                                     res ? *res : onednn::Residual{}}))
         return true;
       std::vector<T> tmp(static_cast<size_t>(N * O * L));
       bp_storage tmp_out = c.out[0];
@@ -397,7 +408,10 @@ template <bp_dtype D> struct Conv2dK {
       Call t = c;
       t.out = &tmp_out;
       t.lay = lays.data();
-      if (!conv(t, act)) activate<T>(t, act);
+      if (res)
+        conv(t, {});
+      else if (!conv(t, act))
+        activate<T>(t, act);
       T* yd = c.out_data<T>();
       pfor(c, N * L, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, O)), [&](int64_t q0, int64_t q1) {
         for (int64_t q = q0; q < q1; ++q) {
@@ -407,6 +421,7 @@ template <bp_dtype D> struct Conv2dK {
           for (int64_t o = 0; o < O; ++o) dst[o] = src[o * L];
         }
       });
+      if (res) add_residual<T>(c, act, true, *res);
       return true;
     }
     if (!depthwise && !winograd_first) {
@@ -532,6 +547,31 @@ template <class T> void activate(const Call& c, const onednn::Activation& act) {
   });
 }
 
+// y = act(y + r) over the dense output ([N, O, OH, OW], or [N, OH, OW, O]
+// when `nhwc`; c.out_layout() is the [N, O, OH, OW] view either way), r read
+// through its strides: the f32 add rounds as the add op does, then the
+// activation keeps NaN as relu and clamp do.
+template <class T> void add_residual(const Call& c, const onednn::Activation& act, bool nhwc, const onednn::Residual& r) {
+  if constexpr (!std::is_same_v<T, float>) {
+    BP_SDK_CHECK(false, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": a shortcut input is f32 only");
+  } else {
+    const bp_layout& lo = c.out_layout();
+    const int64_t N = lo.shape[0], O = lo.shape[1], H = lo.shape[2], W = lo.shape[3];
+    const float lo_b = act_bounds(act).first, hi_b = act_bounds(act).second;
+    float* y = c.out_data<float>();
+    pfor(c, N * H, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, W * O)), [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row) {
+        const int64_t n = row / H, h = row % H;
+        for (int64_t w = 0; w < W; ++w)
+          for (int64_t o = 0; o < O; ++o) {
+            float& v = y[nhwc ? ((n * H + h) * W + w) * O + o : ((n * O + o) * H + h) * W + w];
+            v = clip(v + r.data[n * r.s[0] + o * r.s[1] + h * r.s[2] + w * r.s[3]], lo_b, hi_b);
+          }
+      }
+    });
+  }
+}
+
 // The CPU plugin's fused vendor ops (manifests/cpu.json declares them with
 // their decompositions, which are also the patterns the host substitutes):
 //   cpu.conv2d_relu   relu(conv2d(x, w, b))
@@ -604,6 +644,47 @@ template <bp_dtype D, onednn::Activation::Kind Act> struct ConvNhwcK {
     Conv2dK<D>::run(inner, act, true);
   }
 };
+// cpu.conv2d_add_relu (x, w, b, r): relu(conv2d(x, w, b) + r), a ResNet
+// block's last convolution with its shortcut and activation in one pass
+// over y; and cpu.conv2d_add_relu_nhwc, its channels-last variant. r has
+// the output's [N, O, OH, OW] shape, any strides (the channels-last view of
+// the block's input, in a chain).
+template <bp_dtype D, bool Nhwc> struct ConvAddReluK {
+  static void impl(const Call& c) {
+    BP_SDK_CHECK(c.in != nullptr && c.lay != nullptr && c.n_in == 4 && c.n_out == 1 && c.has_input(3),
+                 BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": expected x, w, b and the shortcut r");
+    bp_op_params conv_params;
+    const onednn::Activation act = read_conv_params(c, conv_params, onednn::Activation::Relu);
+    const bp_layout& lr = c.in_layout(3);
+    const bp_layout& lo = c.out_layout();
+    BP_SDK_CHECK(lo.rank == 4 && lr.rank == 4, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": r and the output must be 4-D");
+    std::vector<bp_layout> lays = {c.lay[0], c.lay[1], c.lay[2], lo};
+    if constexpr (Nhwc) {
+      const int64_t N = lo.shape[0], OH = lo.shape[1], OW = lo.shape[2], O = lo.shape[3];
+      const int64_t shape[4] = {N, O, OH, OW}, strides[4] = {OH * OW * O, 1, OW * O, O};
+      for (int i = 0; i < 4; ++i) {
+        lays[3].shape[i] = shape[i];
+        lays[3].strides[i] = strides[i];
+      }
+    }
+    for (int i = 0; i < 4; ++i)
+      BP_SDK_CHECK(lr.shape[i] == lays[3].shape[i], BP_ERR_INVALID_ARGUMENT,
+                   std::string(c.op) + ": r " + dims_str(lr) + " is not the convolution's output shape");
+    BP_SDK_CHECK(sdk::layout_fits(lr, sizeof(float), 0, c.in[3].byte_size), BP_ERR_OUT_OF_RANGE,
+                 std::string(c.op) + ": r's layout reaches outside its storage");
+    onednn::Residual res;
+    res.data = c.in_data<float>(3) + lr.offset;
+    for (int i = 0; i < 4; ++i) res.s[i] = lr.strides[i];
+    Call inner = c;
+    inner.n_in = 3;
+    inner.params = &conv_params;
+    inner.lay = lays.data();
+    Conv2dK<D>::run(inner, act, Nhwc, &res);
+  }
+};
+template <bp_dtype D> using ConvAddReluNchwK = ConvAddReluK<D, false>;
+template <bp_dtype D> using ConvAddReluNhwcK = ConvAddReluK<D, true>;
+
 template <bp_dtype D> using ConvNhwcNoneK = ConvNhwcK<D, onednn::Activation::None>;
 template <bp_dtype D> using ConvReluNhwcK = ConvNhwcK<D, onednn::Activation::Relu>;
 template <bp_dtype D> using ConvClampNhwcK = ConvNhwcK<D, onednn::Activation::Clip>;
@@ -618,6 +699,9 @@ void register_conv(sdk::KernelTable& t) {
   add_rows<ConvNhwcNoneK, BP_DTYPE_F32>(t, "cpu.conv2d_nhwc", k31, {kStrided, kStrided, kStrided});
   add_rows<ConvReluNhwcK, BP_DTYPE_F32>(t, "cpu.conv2d_relu_nhwc", k31, {kStrided, kStrided, kStrided});
   add_rows<ConvClampNhwcK, BP_DTYPE_F32>(t, "cpu.conv2d_clamp_nhwc", k31, {kStrided, kStrided, kStrided});
+  const auto k41 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d, d, d, d}; };
+  add_rows<ConvAddReluNchwK, BP_DTYPE_F32>(t, "cpu.conv2d_add_relu", k41, {kStrided, kStrided, kStrided, kStrided});
+  add_rows<ConvAddReluNhwcK, BP_DTYPE_F32>(t, "cpu.conv2d_add_relu_nhwc", k41, {kStrided, kStrided, kStrided, kStrided});
 }
 
 }  // namespace backplane::cpu

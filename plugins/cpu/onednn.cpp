@@ -661,6 +661,27 @@ void clip(const float* src, float* dst, int64_t n, float lo, float hi) {
 #endif
   clip_base(src, dst, n, lo, hi);
 }
+// dst[k] = clip(src[k] + r[k], lo, hi): the shortcut added, then the
+// activation (src == dst allowed; r contiguous).
+[[gnu::always_inline]] inline void add_clip_loop(const float* src, const float* r, float* dst, int64_t n, float lo,
+                                                 float hi) {
+  for (int64_t k = 0; k < n; ++k) dst[k] = std::min(std::max(src[k] + r[k], lo), hi);
+}
+void add_clip_base(const float* src, const float* r, float* dst, int64_t n, float lo, float hi) {
+  add_clip_loop(src, r, dst, n, lo, hi);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512vl,avx2"))) void add_clip_avx512(const float* src, const float* r, float* dst,
+                                                                       int64_t n, float lo, float hi) {
+  add_clip_loop(src, r, dst, n, lo, hi);
+}
+#endif
+void add_clip(const float* src, const float* r, float* dst, int64_t n, float lo, float hi) {
+#if defined(__x86_64__)
+  if (isa() >= Isa::avx512) return add_clip_avx512(src, r, dst, n, lo, hi);
+#endif
+  add_clip_base(src, r, dst, n, lo, hi);
+}
 
 struct NhwcPiece {
   int64_t n0, n, r0, oh, ih0, ih, pt, pb, u0, u;
@@ -853,9 +874,31 @@ bool conv2d_nhwc(const Call& c, bp_dtype d, const ConvGeom& g) {
   const int64_t yplane = g.OH * g.OW * g.O;
   // The activation, NaN kept (docs/ops.md's relu and clamp; oneDNN's
   // post-op would turn NaN into a bound), on each piece while it is in cache.
-  const float lo = g.act.kind == Activation::Relu ? 0.0f : g.act.lo;
-  const float hi = g.act.kind == Activation::Relu ? INFINITY : g.act.hi;
+  const float lo = g.act.kind == Activation::Relu ? 0.0f : g.act.kind == Activation::Clip ? g.act.lo : -INFINITY;
+  const float hi = g.act.kind == Activation::Relu ? INFINITY : g.act.kind == Activation::Clip ? g.act.hi : INFINITY;
   const bool act = g.act.kind != Activation::None;
+  const Residual& res = g.res;
+  if (res.data && d != BP_DTYPE_F32) return false;
+  // The shortcut laid out like y (the channels-last view of another
+  // variant's output): one contiguous run per piece.
+  const bool res_like_y = res.data && res.s[1] == 1 && (g.OW == 1 || res.s[3] == g.O) &&
+                          (g.OH == 1 || res.s[2] == g.OW * g.O) && (g.N == 1 || res.s[0] == yplane);
+  // The finish of `cnt` channels from c0 of pixel (n, h, w): src (the
+  // piece's output) -> dst in y, with the shortcut and the activation.
+  auto finish = [&](const float* src, float* dst, int64_t n, int64_t h, int64_t w, int64_t c0, int64_t cnt) {
+    if (res.data) {
+      const float* r = res.data + n * res.s[0] + c0 * res.s[1] + h * res.s[2] + w * res.s[3];
+      if (res.s[1] == 1) {
+        add_clip(src, r, dst, cnt, lo, hi);
+      } else {
+        for (int64_t k = 0; k < cnt; ++k) dst[k] = std::min(std::max(src[k] + r[k * res.s[1]], lo), hi);
+      }
+    } else if (act) {
+      clip(src, dst, cnt, lo, hi);
+    } else if (src != dst) {
+      std::memcpy(dst, src, static_cast<size_t>(cnt) * sizeof(float));
+    }
+  };
   pfor(c, static_cast<int64_t>(pieces.size()), 1, [&](int64_t i0, int64_t i1) {
     OneThread inner;
     for (int64_t i = i0; i < i1; ++i) {
@@ -874,17 +917,20 @@ bool conv2d_nhwc(const Call& c, bp_dtype d, const ConvGeom& g) {
         args.insert({DNNL_ARG_BIAS, dnnl::memory(dnnl::memory::desc({q.u}, dt::f32, dnnl::memory::format_tag::x),
                                                  *g_engine, bias.data() + q.u0)});
       run(p.prim, p.pd.scratchpad_desc(), std::move(args));
-      if (whole && act) {
-        clip(reinterpret_cast<const float*>(yq), reinterpret_cast<float*>(yq), q.n * q.oh * g.OW * g.O, lo, hi);
-      } else if (!whole) {
+      float* yf = reinterpret_cast<float*>(yq);
+      if (whole && (res_like_y || (!res.data && act))) {  // one run over the piece
+        finish(yf, yf, q.n0, q.r0, 0, 0, q.n * q.oh * g.OW * g.O);
+      } else if (!whole || res.data) {  // pixel by pixel
         const int64_t pixels = q.n * q.oh * g.OW;
         for (int64_t px = 0; px < pixels; ++px) {
-          char* dst = yq + px * g.O * static_cast<int64_t>(es);
-          const char* src = static_cast<const char*>(ys->get()) + px * q.u * static_cast<int64_t>(es);
-          if (act)
-            clip(reinterpret_cast<const float*>(src), reinterpret_cast<float*>(dst), q.u, lo, hi);
-          else
-            std::memcpy(dst, src, static_cast<size_t>(q.u) * es);
+          const int64_t n = q.n0 + px / (q.oh * g.OW), h = q.r0 + (px / g.OW) % q.oh, w = px % g.OW;
+          const float* src = whole ? yf + px * g.O : static_cast<const float*>(ys->get()) + px * q.u;
+          if (d == BP_DTYPE_F32 || res.data || act)
+            finish(src, yf + px * g.O, n, h, w, q.u0, q.u);
+          else  // bf16 slices without an activation: bytes
+            std::memcpy(yq + px * g.O * static_cast<int64_t>(es),
+                        static_cast<const char*>(ys->get()) + px * q.u * static_cast<int64_t>(es),
+                        static_cast<size_t>(q.u) * es);
         }
       }
     }

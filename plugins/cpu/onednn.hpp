@@ -49,10 +49,20 @@ struct Activation {
   float lo = 0, hi = 0;
 };
 
+// A value added to a convolution's output before its activation
+// (cpu.conv2d_add_relu: a ResNet block's shortcut), f32: element [n, c, h,
+// w] of the [N, O, OH, OW] output's shape is data[n*s[0] + c*s[1] + h*s[2] +
+// w*s[3]]. Empty when data is null.
+struct Residual {
+  const float* data = nullptr;
+  int64_t s[4] = {0, 0, 0, 0};
+};
+
 // conv2d's geometry, as Conv2dK checked it, and the activation to fuse.
 struct ConvGeom {
   int64_t N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW;
   Activation act;
+  Residual res = {};  // conv2d_nhwc only: act(conv + res)
 };
 
 // conv2d through oneDNN (x, w and the optional bias as the kernel got them,
@@ -62,8 +72,9 @@ bool conv2d(const Call& c, bp_dtype dt, const ConvGeom& g);
 
 // The same with y dense channels-last, [N, OH, OW, O] (the kernels
 // cpu.conv2d*_nhwc): x is read in place when it is channels-last, and
-// batch-1 work is split into bands of output rows. Returns false (having
-// written nothing) when not taken.
+// batch-1 work is split into bands of output rows. g.res, when given, is
+// added before g.act (both on each piece while it is in cache). Returns
+// false (having written nothing) when not taken.
 bool conv2d_nhwc(const Call& c, bp_dtype dt, const ConvGeom& g);
 
 }  // namespace backplane::cpu::onednn
