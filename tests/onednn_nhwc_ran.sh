@@ -9,14 +9,7 @@
 # one keeps its layout.) The values are checked by the [optimize] tests. Skipped (77) on a machine
 # where the plugin uses no oneDNN for f32 (no AVX-512).
 bin="$1"
-desc=$(BACKPLANE_PLUGIN_PATH= "$bin" devices --load 2>&1 | grep -A1 '^cpu ' | tail -1)
-echo "cpu: $desc"
-case "$desc" in
-  *oneDNN*avx512_core*) ;;
-  *) echo "the CPU plugin uses no oneDNN for f32 here: skipped"; exit 77 ;;
-esac
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+. "$(dirname "$0")/onednn_common.sh"  # skips without oneDNN f32; $dir
 cat > "$dir/graph.json" <<'GRAPH'
 {
   "inputs": {

@@ -5,12 +5,7 @@
 # on whichever path runs; this checks the path itself. Skipped (77) on a
 # machine where the plugin uses no oneDNN for f32 (no AVX-512).
 bin="$1"
-desc=$(BACKPLANE_PLUGIN_PATH= "$bin" devices --load 2>&1 | grep -A1 '^cpu ' | tail -1)
-echo "cpu: $desc"
-case "$desc" in
-  *oneDNN*avx512_core*) ;;
-  *) echo "the CPU plugin uses no oneDNN for f32 here: skipped"; exit 77 ;;
-esac
+. "$(dirname "$0")/onednn_common.sh"  # skips without oneDNN f32; $dir
 status=0
 expect() {  # case, primitive
   log=$(BACKPLANE_PLUGIN_PATH= ONEDNN_VERBOSE=1 "$bin" bench --device cpu --filter "$1" --min-time 0.01 2>&1)

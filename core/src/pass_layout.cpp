@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "ops.hpp"
@@ -223,56 +224,47 @@ LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vecto
       ++variant_count[v->second.v->op];
       continue;
     }
-    if (elementwise(n.op) && t) {
-      // Every input the same permute of a value with the output's shape.
+    // Every input the same permute of a value (of the output's shape, when
+    // `same_shape`): that permute's dims and the values under it.
+    auto common_permute = [&](bool same_shape) -> std::optional<std::pair<Perm, std::vector<std::string>>> {
       const Perm* dims = nullptr;
-      bool all = !n.inputs.empty();
       std::vector<std::string> from;
       for (const auto& in : n.inputs) {
         auto p = permuted.find(in);
         const ValueType* ti = in.empty() ? nullptr : type_of(in);
-        all = all && p != permuted.end() && ti && ti->shape == t->shape && (!dims || *dims == p->second.second);
-        if (!all) break;
+        if (p == permuted.end() || (dims && *dims != p->second.second) || (same_shape && !(ti && ti->shape == t->shape)))
+          return std::nullopt;
         dims = &p->second.second;
         from.push_back(p->second.first);
       }
-      if (all) {
-        Node e = n;
-        e.name = fresh(n.name);
-        e.inputs = from;
-        const Perm d = *dims;
-        const std::string e_name = e.name;
-        out.push_back(std::move(e));
-        add_permute(n.name, e_name, d);
-        ++sunk;
+      if (!dims) return std::nullopt;
+      return std::make_pair(*dims, std::move(from));
+    };
+    // The node on the values under the permute, then the permute.
+    auto sink = [&](Node e, const Perm& dims, std::vector<std::string> from) {
+      e.name = fresh(n.name);
+      e.inputs = std::move(from);
+      const std::string e_name = e.name;
+      out.push_back(std::move(e));
+      add_permute(n.name, e_name, dims);
+      ++sunk;
+    };
+    if (elementwise(n.op) && t) {
+      if (auto common = common_permute(true)) {
+        sink(n, common->first, std::move(common->second));
         continue;
       }
     }
     if (n.op == "concat" && t && n.params.contains("dim") && n.params["dim"].is_number_integer()) {
       // concat(permute(a, Q), permute(b, Q), dim) = permute(concat(a, b, Q[dim]), Q).
-      const Perm* dims = nullptr;
-      bool all = !n.inputs.empty();
-      std::vector<std::string> from;
-      for (const auto& in : n.inputs) {
-        auto p = permuted.find(in);
-        all = all && p != permuted.end() && (!dims || *dims == p->second.second);
-        if (!all) break;
-        dims = &p->second.second;
-        from.push_back(p->second.first);
-      }
       const int64_t rank = static_cast<int64_t>(t->shape.size());
       int64_t d = n.params["dim"].get<int64_t>();
       d = d < 0 ? d + rank : d;
-      if (all && d >= 0 && d < rank && static_cast<int64_t>(dims->size()) == rank) {
+      auto common = common_permute(false);
+      if (common && d >= 0 && d < rank && static_cast<int64_t>(common->first.size()) == rank) {
         Node e = n;
-        e.name = fresh(n.name);
-        e.inputs = from;
-        e.params["dim"] = (*dims)[static_cast<size_t>(d)];
-        const Perm q = *dims;
-        const std::string e_name = e.name;
-        out.push_back(std::move(e));
-        add_permute(n.name, e_name, q);
-        ++sunk;
+        e.params["dim"] = common->first[static_cast<size_t>(d)];
+        sink(std::move(e), common->first, std::move(common->second));
         continue;
       }
     }

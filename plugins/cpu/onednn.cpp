@@ -362,6 +362,25 @@ dnnl::primitive_attr conv_attr(const Activation& act) {
   return attr;
 }
 
+// A forward-inference convolution's descriptor, with or without a bias.
+dnnl::convolution_forward::desc conv_desc(const dnnl::memory::desc& src, const dnnl::memory::desc& w,
+                                          const dnnl::memory::desc& bias, const dnnl::memory::desc& dst, bool has_bias,
+                                          const dims& strides, const dims& dil, const dims& pl, const dims& pr) {
+  using F = dnnl::convolution_forward;
+  return has_bias ? F::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, w, bias, dst,
+                            strides, dil, pl, pr)
+                  : F::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, w, dst,
+                            strides, dil, pl, pr);
+}
+
+// The key a plan kept with constant weights is found by: `name` and every
+// number it depends on.
+std::string kept_key(const char* name, std::initializer_list<int64_t> values) {
+  std::string key = name;
+  for (int64_t v : values) key.append(",").append(std::to_string(v));
+  return key;
+}
+
 // The bias of a convolution in f32 (oneDNN's bias type here), or empty.
 std::vector<float> conv_bias(const Call& c, bp_dtype d, int64_t O) {
   std::vector<float> bias;
@@ -462,12 +481,7 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
           const dnnl::memory::desc any_w(wdims(u), *t, dnnl::memory::format_tag::any);
           const dnnl::memory::desc bias_md({cout(u)}, dt::f32, dnnl::memory::format_tag::x);
           const dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.pt, g.pl}, pr{g.pb, g.pr};
-          const auto desc = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                                       dnnl::algorithm::convolution_direct, src, any_w,
-                                                                       bias_md, dst, strides, dil, pl, pr)
-                                     : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                                       dnnl::algorithm::convolution_direct, src, any_w, dst,
-                                                                       strides, dil, pl, pr);
+          const auto desc = conv_desc(src, any_w, bias_md, dst, has_bias, strides, dil, pl, pr);
           p.pd = dnnl::convolution_forward::primitive_desc(desc, conv_attr(g.act), *g_engine);
           if (!fast_impl(p.pd.impl_info_str())) return cp;
           p.prim = dnnl::convolution_forward(p.pd);
@@ -518,11 +532,10 @@ bool conv2d(const Call& c, bp_dtype d, const ConvGeom& g) {
   // keyed on everything they depend on.
   std::shared_ptr<const ConvPlan> plan;
   if (packed::constant(c, 1)) {
-    std::string key = "onednn.conv2d";
-    for (int64_t v : {g.N, g.C, g.H, g.W, g.O, g.Cg, g.kH, g.kW, g.G, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr,
-                      xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], lw.offset, nparts, cparts,
-                      static_cast<int64_t>(d), int64_t{has_bias}, static_cast<int64_t>(g.act.kind)})
-      key.append(",").append(std::to_string(v));
+    std::string key = kept_key("onednn.conv2d", {g.N, g.C, g.H, g.W, g.O, g.Cg, g.kH, g.kW, g.G, g.sh, g.sw, g.dh, g.dw,
+                                                 g.pt, g.pl, g.pb, g.pr, xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2],
+                                                 ws[3], lw.offset, nparts, cparts, static_cast<int64_t>(d),
+                                                 int64_t{has_bias}, static_cast<int64_t>(g.act.kind)});
     if (g.act.kind == Activation::Clip) {
       char bounds[64];
       std::snprintf(bounds, sizeof bounds, ",%a,%a", static_cast<double>(g.act.lo), static_cast<double>(g.act.hi));
@@ -791,12 +804,7 @@ bool conv2d_nhwc(const Call& c, bp_dtype d, const ConvGeom& g) {
           const dnnl::memory::desc any_w(wdims(q.u), *t, dnnl::memory::format_tag::any);
           const dnnl::memory::desc bias_md({q.u}, dt::f32, dnnl::memory::format_tag::x);
           const dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{q.pt, g.pl}, pr{q.pb, g.pr};
-          const auto desc = has_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                                       dnnl::algorithm::convolution_direct, src, any_w,
-                                                                       bias_md, dst, strides, dil, pl, pr)
-                                     : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                                       dnnl::algorithm::convolution_direct, src, any_w, dst,
-                                                                       strides, dil, pl, pr);
+          const auto desc = conv_desc(src, any_w, bias_md, dst, has_bias, strides, dil, pl, pr);
           p.pd = dnnl::convolution_forward::primitive_desc(desc, conv_attr({}), *g_engine);
           if (!fast_impl(p.pd.impl_info_str())) return cp;
           p.prim = dnnl::convolution_forward(p.pd);
@@ -823,11 +831,10 @@ bool conv2d_nhwc(const Call& c, bp_dtype d, const ConvGeom& g) {
   };
   std::shared_ptr<const NhwcPlan> plan;
   if (packed::constant(c, 1)) {
-    std::string key = "onednn.conv2d_nhwc";
-    for (int64_t v : {g.N, g.C, g.H, g.W, g.O, g.Cg, g.kH, g.kW, g.G, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr,
-                      ws[0], ws[1], ws[2], ws[3], lw.offset, nparts, splits, int64_t{by_channels}, static_cast<int64_t>(d),
-                      int64_t{has_bias}})
-      key.append(",").append(std::to_string(v));
+    const std::string key =
+        kept_key("onednn.conv2d_nhwc", {g.N, g.C, g.H, g.W, g.O, g.Cg, g.kH, g.kW, g.G, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl,
+                                        g.pb, g.pr, ws[0], ws[1], ws[2], ws[3], lw.offset, nparts, splits,
+                                        int64_t{by_channels}, static_cast<int64_t>(d), int64_t{has_bias}});
     plan = packed::get<NhwcPlan>(c, 1, key, [&] { return make_plan(true); });
   } else {
     plan = make_plan(false);
