@@ -602,16 +602,18 @@ std::exception_ptr Completion::error() {
 const std::map<std::string, HostTensor>& Completion::outputs() {
   wait();
   if (!state_->has_outputs)
-    throw Error("this run's outputs were not kept: submit(inputs) keeps them (after submit(), read them with "
-                "Plan::output while no other run is submitted)");
+    throw Error("this run's outputs were not kept: submit(inputs) and submit_keeping_outputs() keep them (after "
+                "submit(), read them with Plan::output while no other run is submitted)");
   return state_->outputs;
 }
 
-Completion Plan::submit() { return submit_impl(nullptr); }
+Completion Plan::submit() { return submit_impl(nullptr, false); }
 
-Completion Plan::submit(const std::map<std::string, HostTensor>& inputs) { return submit_impl(&inputs); }
+Completion Plan::submit(const std::map<std::string, HostTensor>& inputs) { return submit_impl(&inputs, true); }
 
-Completion Plan::submit_impl(const std::map<std::string, HostTensor>* inputs) {
+Completion Plan::submit_keeping_outputs() { return submit_impl(nullptr, true); }
+
+Completion Plan::submit_impl(const std::map<std::string, HostTensor>* inputs, bool keep_outputs) {
   if (!impl_) throw Error("submit on an empty plan");
   Impl* impl = impl_.get();
   {
@@ -635,7 +637,7 @@ Completion Plan::submit_impl(const std::map<std::string, HostTensor>* inputs) {
       for (const auto& [name, t] : *inputs) impl->set_input(name, t);
     }
     auto state = std::make_shared<Completion::State>();
-    state->has_outputs = inputs != nullptr;
+    state->has_outputs = keep_outputs;
     c.state_ = state;
     c.keep_ = impl_;  // the plan lives until the Completion goes (never on the run's thread)
     impl->submitter->post([impl, state] {

@@ -433,13 +433,19 @@ PYBIND11_MODULE(_backplane, m) {
 
   py::class_<PyCompletion>(m, "Completion")
       .def("wait", [](PyCompletion& c) {
+        const std::map<std::string, HostTensor>* kept = nullptr;
         {
           py::gil_scoped_release nogil;
-          c.c.wait();
+          kept = &c.c.outputs();  // waits; the run's error, if any
         }
-        auto& p = c.plan.cast<PyPlan&>();
-        return outputs(p.plan, p.outs);
-      }, "waits for the run (raises its error); the plan's outputs as NumPy arrays, read when wait returns")
+        py::dict d;
+        for (const auto& [name, t] : *kept)
+          d[py::str(name)] = host_array(t.dtype, t.shape, [&](void* dst, uint64_t bytes) {
+            std::memcpy(dst, t.data(), static_cast<size_t>(bytes));
+          });
+        return d;
+      }, "waits for the run (raises its error); this run's outputs as NumPy arrays (read when the run ended, "
+         "so another submission cannot have overwritten them)")
       .def("poll", [](const PyCompletion& c) { return c.c.poll(); })
       .def("error", [](PyCompletion& c) -> py::object {
         std::exception_ptr e;
@@ -503,7 +509,7 @@ PYBIND11_MODULE(_backplane, m) {
         PyCompletion c;
         {
           py::gil_scoped_release nogil;
-          c.c = p.plan.submit();
+          c.c = p.plan.submit_keeping_outputs();
         }
         c.plan = self;
         return c;

@@ -473,3 +473,28 @@ def test_module_devices_needs_no_numpy():
     assert r.returncode == 0, r.stderr
     assert "cpu" in r.stdout
 
+
+def test_submit_from_several_threads_gives_each_its_own_outputs():
+    # Completion.wait() once read the plan's outputs after the run ended, so
+    # another thread's submission could have overwritten them.
+    g = backplane.Graph()
+    g.input("x", "f32", [64])
+    g.node("y", "neg", ["x"])
+    g.output("y")
+    plan = backplane.compile(g, "cpu")
+    wrong = []
+
+    def work(t):
+        for r in range(40):
+            x = np.full(64, t * 100 + r, np.float32)
+            out = plan.submit(x=x).wait()["y"]
+            if not np.array_equal(out, -x):
+                wrong.append((t, r))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert wrong == []
+

@@ -415,9 +415,10 @@ class Completion {
   bool poll() const;
   // Blocks until finished; the run's error, or nullptr on success.
   std::exception_ptr error();
-  // submit(inputs) only: the run's graph outputs, read before the plan was
-  // released (another submission cannot have overwritten them), like run()'s
-  // result. wait() first: throws the run's Error, if any.
+  // submit(inputs) and submit_keeping_outputs() only: the run's graph
+  // outputs, read before the plan was released (another submission cannot
+  // have overwritten them), like run()'s result. wait() first: throws the
+  // run's Error, if any.
   const std::map<std::string, HostTensor>& outputs();
   bool valid() const { return state_ != nullptr; }
 
@@ -604,6 +605,10 @@ class Plan {
   // run()'s. After submit(), Plan::output reads whichever run wrote last.
   Completion submit();
   Completion submit(const std::map<std::string, HostTensor>& inputs);
+  // submit() with the inputs as set (or bound) before, keeping the run's
+  // outputs in the Completion as submit(inputs) does (bindings' own
+  // language: Python's plan.submit).
+  Completion submit_keeping_outputs();
 
   // Per-step description: name, op, kernel key and device, contiguous copies
   // and transfers (with their bytes).
@@ -664,7 +669,7 @@ class Plan {
 
  private:
   friend class Runtime;
-  Completion submit_impl(const std::map<std::string, HostTensor>* inputs);
+  Completion submit_impl(const std::map<std::string, HostTensor>* inputs, bool keep_outputs);
   // Shared with asynchronous runs in flight (Plan::submit).
   std::shared_ptr<Impl> impl_;
 };
