@@ -32,8 +32,9 @@ TEST_CASE("vulkan paths: binary ops with a transposed operand (the 2-D block pat
   // 128x64 and 100x36: whole and partial 64x64 tiles; 100x37 and 102x40:
   // rows or a's stride not a multiple of 4 (the other paths).
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{128, 64}, {100, 36}, {4, 4}, {100, 37}, {102, 40}};
+  DtypesRun ran("add");
   for (bp_dtype d : kNumeric) {
-    if (!has_kernel(*dv.vk, "add", d)) continue;
+    if (!ran.take(*dv.vk, "add", d)) continue;
     const int lo = d == BP_DTYPE_U8 ? 0 : -50, hi = 50;
     for (auto [R, C] : shapes) {
       INFO(dtype_name(d) << " " << R << "x" << C);
@@ -67,6 +68,7 @@ TEST_CASE("vulkan paths: binary ops with a transposed operand (the 2-D block pat
       }
     }
   }
+  ran.check();
 }
 
 TEST_CASE("vulkan paths: a transposed operand with an offset, and in a batch", "[vulkan][paths]") {
@@ -145,8 +147,9 @@ TEST_CASE("vulkan paths: matmul's blocks at edges, batch broadcast and transpose
                                  {7, 5, 13, 3, 3, true, true},     {130, 70, 68, 1, 1, false, false},
                                  {150, 130, 122, 1, 1, false, false}, {136, 128, 132, 1, 1, false, false},
                                  {90, 100, 120, 2, 2, true, false}};
+  DtypesRun ran("matmul");
   for (bp_dtype d : kFloats) {
-    if (!has_kernel(*dv.vk, "matmul", d)) continue;
+    if (!ran.take(*dv.vk, "matmul", d)) continue;
     for (const S& s : shapes) {
       INFO(dtype_name(d) << " M=" << s.M << " K=" << s.K << " N=" << s.N << " batch " << s.ba << "/" << s.bb
                       << (s.a_t ? " a^T" : "") << (s.b_t ? " b^T" : ""));
@@ -173,6 +176,7 @@ TEST_CASE("vulkan paths: matmul's blocks at edges, batch broadcast and transpose
       check_close(got.at("y"), ref, scale, d);
     }
   }
+  ran.check();
 }
 
 TEST_CASE("vulkan paths: conv2d's direct form at edges, with padding, stride, dilation, groups, bias",
@@ -191,8 +195,9 @@ TEST_CASE("vulkan paths: conv2d's direct form at edges, with padding, stride, di
       {3, 8, 5, 7, 12, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, true},    // 1x1
       {1, 1, 3, 3, 1, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, 1, false},    // kernel larger than the input
   };
+  DtypesRun ran("conv2d");
   for (bp_dtype d : kFloats) {
-    if (!has_kernel(*dv.vk, "conv2d", d)) continue;
+    if (!ran.take(*dv.vk, "conv2d", d)) continue;
     for (const S& s : shapes) {
       INFO(dtype_name(d) << " N=" << s.N << " C=" << s.C << " H=" << s.H << " W=" << s.W << " O=" << s.O << " k="
                       << s.KH << "x" << s.KW << " groups " << s.groups);
@@ -243,4 +248,5 @@ TEST_CASE("vulkan paths: conv2d's direct form at edges, with padding, stride, di
       check_close(got.at("y"), ref, scale, d);
     }
   }
+  ran.check();
 }

@@ -60,9 +60,10 @@ struct ReduceCase {
 // in [-1, 1] (no overflow); sums: small integers, exact.
 void compare_reductions(Devices& d, const std::vector<ReduceCase>& cases, uint64_t seed) {
   const char* ops[] = {"sum", "mean", "prod", "max", "min"};
+  DtypesRun ran("the reductions");
   for (bp_dtype dt : kNumeric) {
     for (const char* op : ops) {
-      if (!has_kernel(*d.vk, op, dt)) continue;
+      if (!ran.take(*d.vk, op, dt)) continue;
       for (size_t ci = 0; ci < cases.size(); ++ci) {
         const auto& c = cases[ci];
         Graph g;
@@ -78,6 +79,7 @@ void compare_reductions(Devices& d, const std::vector<ReduceCase>& cases, uint64
       }
     }
   }
+  ran.check();
 }
 
 }  // namespace
@@ -117,8 +119,9 @@ TEST_CASE("vulkan reduce paths: inf and NaN in rows and columns", "[vulkan][path
   Devices d;
   if (!d.ready()) return;
   const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  DtypesRun ran("sum");
   for (bp_dtype dt : kFloats) {
-    if (!has_kernel(*d.vk, "sum", dt)) continue;
+    if (!ran.take(*d.vk, "sum", dt)) continue;
     for (Shape shape : {Shape{40, 64}, Shape{300, 64}, Shape{600, 16}, Shape{37, 4096}}) {
       HostTensor x = reals(dt, shape, 5, 2);
       const int64_t w = shape[1];
@@ -155,6 +158,7 @@ TEST_CASE("vulkan reduce paths: inf and NaN in rows and columns", "[vulkan][path
       compare(d, g, {{"x", x}}, "var_mean/layer_norm " + std::string(dtype_name(dt)));
     }
   }
+  ran.check();
 }
 
 TEST_CASE("vulkan reduce paths: softmax, log_softmax, layer_norm, var_mean per row match the CPU",
@@ -173,8 +177,9 @@ TEST_CASE("vulkan reduce paths: softmax, log_softmax, layer_norm, var_mean per r
       {{300, 65}, View::sliced},     // unaligned start
       {{48, 300}, View::transposed}  // strided rows
   };
+  DtypesRun ran("softmax");
   for (bp_dtype dt : kFloats) {
-    if (!has_kernel(*d.vk, "softmax", dt)) continue;
+    if (!ran.take(*d.vk, "softmax", dt)) continue;
     for (size_t ci = 0; ci < cases.size(); ++ci) {
       const auto& c = cases[ci];
       const int64_t n = c.view == View::sliced ? c.shape[1] - 1 : c.view == View::transposed ? c.shape[0] : c.shape[1];
@@ -198,6 +203,7 @@ TEST_CASE("vulkan reduce paths: softmax, log_softmax, layer_norm, var_mean per r
               std::string(dtype_name(dt)) + " case " + std::to_string(ci));
     }
   }
+  ran.check();
 }
 
 TEST_CASE("vulkan reduce paths: topk's one-pass form for k from 1 to 16, ties and NaN, every dtype",
@@ -205,8 +211,9 @@ TEST_CASE("vulkan reduce paths: topk's one-pass form for k from 1 to 16, ties an
   Devices d;
   if (!d.ready()) return;
   const Shape shape{1100, 40};  // >= 1024 rows: the one-pass form on CPU devices
+  DtypesRun ran("topk");
   for (bp_dtype dt : kNumeric) {
-    if (!has_kernel(*d.vk, "topk", dt)) continue;
+    if (!ran.take(*d.vk, "topk", dt)) continue;
     // Small integers: many ties (the lower index first).
     HostTensor x = ints(dt, shape, 77, dt == BP_DTYPE_U8 ? 0 : -9, 9);
     if (is_float(dt))
@@ -224,4 +231,5 @@ TEST_CASE("vulkan reduce paths: topk's one-pass form for k from 1 to 16, ties an
                                       (largest ? " largest" : " smallest"));
       }
   }
+  ran.check();
 }

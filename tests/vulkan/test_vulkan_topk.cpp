@@ -133,8 +133,9 @@ HostTensor data(bp_dtype dt, Shape shape, uint64_t seed) {
 TEST_CASE("vulkan topk: few long rows, k 1 to 16 (the workgroup merge) and 17, every dtype", "[vulkan][topk]") {
   Devices d;
   if (!d.ready()) return;
+  DtypesRun ran("topk");
   for (bp_dtype dt : kNumeric) {
-    if (!has_kernel(*d.vk, "topk", dt)) continue;
+    if (!ran.take(*d.vk, "topk", dt)) continue;
     const std::string name(dtype_name(dt));
     const HostTensor a = data(dt, {3, 100000}, 1), b = data(dt, {1, 4097}, 2);
     for (int k : {1, 2, 7, 16, 17})
@@ -143,13 +144,15 @@ TEST_CASE("vulkan topk: few long rows, k 1 to 16 (the workgroup merge) and 17, e
         check_topk(d, b, 1, k, largest, false, name + " [1, 4097]");
       }
   }
+  ran.check();
 }
 
 TEST_CASE("vulkan topk: strided rows, short rows, k == n and n == 1", "[vulkan][topk]") {
   Devices d;
   if (!d.ready()) return;
+  DtypesRun ran("topk");
   for (bp_dtype dt : kNumeric) {
-    if (!has_kernel(*d.vk, "topk", dt)) continue;
+    if (!ran.take(*d.vk, "topk", dt)) continue;
     const std::string name(dtype_name(dt));
     const HostTensor cols = data(dt, {5000, 3}, 3);  // topk along dim 0: 3 rows of stride 3
     const HostTensor tr = data(dt, {3000, 5}, 4);    // transposed: 5 rows of stride 5
@@ -169,4 +172,5 @@ TEST_CASE("vulkan topk: strided rows, short rows, k == n and n == 1", "[vulkan][
     }
     check_topk(d, tiny, 1, 0, true, false, name + " k 0");
   }
+  ran.check();
 }

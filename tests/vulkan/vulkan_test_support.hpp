@@ -80,6 +80,31 @@ inline bool has_kernel(const Device& d, const std::string& op, bp_dtype dt) {
   return false;
 }
 
+// The dtypes a loop over a dtype list ran (those the device has `op` for):
+// f32 must be among them, since every Vulkan device has f32 kernels, so a
+// claim dropped from the manifest, or a loop that skipped everything, fails
+// instead of passing with nothing checked.
+class DtypesRun {
+ public:
+  explicit DtypesRun(std::string op) : op_(std::move(op)) {}
+  bool take(const Device& d, const std::string& op, bp_dtype dt) {
+    if (!has_kernel(d, op, dt)) return false;
+    ++ran_;
+    f32_ = f32_ || dt == BP_DTYPE_F32;
+    return true;
+  }
+  void check() const {
+    INFO("the loop over " << op_ << "'s dtypes ran " << ran_);
+    CHECK(ran_ > 0);
+    CHECK(f32_);
+  }
+
+ private:
+  std::string op_;
+  int ran_ = 0;
+  bool f32_ = false;
+};
+
 inline constexpr bp_dtype kNumeric[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64, BP_DTYPE_I8,
                                         BP_DTYPE_I16, BP_DTYPE_I32, BP_DTYPE_I64,  BP_DTYPE_U8};
 inline constexpr bp_dtype kFloats[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64};
