@@ -222,7 +222,7 @@ TEST_CASE("a value read on another device crosses once; copies are counted in by
   auto rt = runtime_with("partial");
   Device* vk = vulkan(*rt);
   if (!vk) {
-    WARN("no Vulkan device: skipped");
+    WARN("SKIPPED: no Vulkan device");
     return;
   }
   Graph g;

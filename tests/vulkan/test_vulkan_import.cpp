@@ -121,7 +121,7 @@ bool can_import(Vk& vk) {
   bp_buffer b{};
   bp_error* e = vk.import(mem.p, 4096, &b);
   if (e) {
-    WARN("vulkan0 imports no host memory: " << error_text(vk.api, e));
+    WARN("SKIPPED: vulkan0 imports no host memory: " << error_text(vk.api, e));
     vk.api->error_destroy(vk.plugin, e);
     return false;
   }
@@ -135,7 +135,7 @@ bool can_import(Runtime& rt, Device& vk) {
     (void)rt.wrap_host(mem.p, 16, BP_DTYPE_F32, Shape{4}, vk);
     return true;
   } catch (const Error& e) {
-    WARN(vk.name() << " imports no host memory: " << e.what());
+    WARN("SKIPPED: " << vk.name() << " imports no host memory: " << e.what());
     return false;
   }
 }
@@ -145,7 +145,7 @@ bool can_import(Runtime& rt, Device& vk) {
 Device* importing_vulkan(Runtime& rt) {
   Device* vk = find_plugin(rt, "vulkan");
   if (!vk) {
-    WARN("no Vulkan device");
+    WARN("SKIPPED: no Vulkan device");
     return nullptr;
   }
   return can_import(rt, *vk) ? vk : nullptr;

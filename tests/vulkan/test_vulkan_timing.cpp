@@ -51,7 +51,7 @@ TEST_CASE("vulkan: a profiled plan gives each kernel its time on the device", "[
   auto rt = default_runtime();
   Device* vk = find_device(*rt, "vulkan0");
   if (!vk) {
-    WARN("no vulkan0");
+    WARN("SKIPPED: no vulkan0");
     return;
   }
   constexpr int64_t n = 512;  // 2 * 512^3 flops against 4 adds
@@ -90,7 +90,7 @@ TEST_CASE("vulkan: an unprofiled plan runs as before and has no device times", "
   auto rt = default_runtime();
   Device* vk = find_device(*rt, "vulkan0");
   if (!vk) {
-    WARN("no vulkan0");
+    WARN("SKIPPED: no vulkan0");
     return;
   }
   Plan p = rt->compile(heavy_and_tiny(8), *vk);

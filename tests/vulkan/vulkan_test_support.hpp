@@ -60,7 +60,7 @@ struct Devices {
   // ok(), with a WARN when a device is missing (the test then returns).
   bool ready() const {
     if (ok()) return true;
-    WARN("needs the vulkan and cpu plugins");
+    WARN("SKIPPED: needs the vulkan and cpu plugins");
     return false;
   }
 };
@@ -324,7 +324,7 @@ struct VkAbi {
   // ok, with a WARN when there is no device (the test then returns).
   bool ready() const {
     if (ok) return true;
-    WARN("no Vulkan device");
+    WARN("SKIPPED: no Vulkan device");
     return false;
   }
 
