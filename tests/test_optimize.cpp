@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -338,5 +339,55 @@ TEST_CASE("optimizer: a lone convolution, a pinned one and a graph without the v
     INFO(e);
     CHECK_THAT(e, Contains("a (conv2d)"));
     CHECK_THAT(e, Contains("layouts: "));
+  }
+}
+
+TEST_CASE("optimizer: repeated nodes merge, dead nodes go, and the outputs stay bit-identical", "[optimize]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {64});
+  g.node("a", "exp", {"x"});
+  g.node("b", "exp", {"x"});         // repeats a
+  g.node("a2", "sin", {"a"});
+  g.node("b2", "sin", {"b"});        // repeats a2 once b is a
+  g.node("y", "mul", {"a2", "b2"});
+  g.node("unused", "cos", {"x"});    // feeds nothing
+  g.node("unused2", "neg", {"unused"});
+  g.node("z", "exp", {"x"});         // repeats a, but is a graph output: stays
+  g.node("k", "sin", {"a"});         // repeats a2, but is kept: stays
+  g.output("y");
+  g.output("z");
+  CompileOptions co;
+  co.keep = {"k"};
+  Plan p = rt->compile(g, cpu, co);
+  CompileOptions plain = co;
+  plain.optimize = false;
+  Plan base = rt->compile(g, cpu, plain);
+  const std::string e = p.explain();
+  INFO(e);
+  CHECK_THAT(e, Contains("simplify: 2 nodes ('b', 'b2') repeat an earlier node's op, inputs and params"));
+  CHECK_THAT(e, Contains("simplify: 2 nodes ('unused', 'unused2') feed no output: removed"));
+  CHECK_FALSE(explains(p, "  b (exp)"));
+  CHECK(explains(p, "  z (exp)"));
+  CHECK(explains(p, "  k (sin)"));
+  CHECK_FALSE(explains(base, "simplify"));
+  CHECK(explains(base, "  unused (cos)"));
+  const HostTensor x = random_tensor({64}, 9);
+  const auto got = p.run({{"x", x}}), want = base.run({{"x", x}});
+  for (const char* name : {"y", "z"}) {
+    INFO(name);
+    REQUIRE(got.at(name).nbytes() == want.at(name).nbytes());
+    CHECK(std::memcmp(got.at(name).data(), want.at(name).data(), got.at(name).nbytes()) == 0);
+  }
+  CHECK(p.output("k").get(3) == base.output("k").get(3));
+  SECTION("different pins or params do not merge") {
+    Graph h;
+    h.input("x", BP_DTYPE_F32, {4});
+    h.node("c1", "clamp", {"x"}, {{"min", 0}});
+    h.node("c2", "clamp", {"x"}, {{"min", 1}});
+    h.node("s", "add", {"c1", "c2"});
+    h.output("s");
+    CHECK_FALSE(explains(rt->compile(h, cpu), "simplify"));
   }
 }

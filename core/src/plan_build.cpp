@@ -10,6 +10,7 @@
 // calls kernels, moves transfers and synchronizes.
 #include "pass_layout.hpp"
 #include "pass_patterns.hpp"
+#include "pass_simplify.hpp"
 #include "plan_impl.hpp"
 
 namespace backplane {
@@ -505,15 +506,25 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
     // Passes before lowering (CompileOptions::optimize).
     detail::PatternResult patterns;
     detail::LayoutResult layouts;
-    if (options.optimize && options.vendor_kernels) {
-      patterns = detail::substitute_patterns(*this, graph, devices, options.keep);
-      layouts = detail::propagate_layouts(*this, graph, patterns.substituted ? patterns.nodes : graph.nodes(), devices,
-                                          options.keep);
+    detail::SimplifyResult simplified;
+    if (options.optimize) {
+      if (options.vendor_kernels) {
+        patterns = detail::substitute_patterns(*this, graph, devices, options.keep);
+        layouts = detail::propagate_layouts(*this, graph, patterns.substituted ? patterns.nodes : graph.nodes(), devices,
+                                            options.keep);
+      }
+      simplified = detail::simplify(graph,
+                                    layouts.rewritten       ? layouts.nodes
+                                    : patterns.substituted ? patterns.nodes
+                                                           : graph.nodes(),
+                                    options.keep);
     }
-    const std::vector<Node>* nodes = layouts.rewritten     ? &layouts.nodes
+    const std::vector<Node>* nodes = simplified.changed() ? &simplified.nodes
+                                     : layouts.rewritten  ? &layouts.nodes
                                      : patterns.substituted ? &patterns.nodes
                                                             : nullptr;
     Lowered l = detail::lower(*this, graph, devices, options.keep, nodes, options.vendor_kernels);
+    l.notes.insert(l.notes.begin(), simplified.notes.begin(), simplified.notes.end());
     l.notes.insert(l.notes.begin(), layouts.notes.begin(), layouts.notes.end());
     l.notes.insert(l.notes.begin(), patterns.notes.begin(), patterns.notes.end());
     detail::place(l);
