@@ -374,6 +374,8 @@ void Plugin::load(const bp_host_api* host) {
           check(api_->device_supports_kernel(ctx_, dev->handle_, static_cast<uint32_t>(k), &ok), who + ": device_supports_kernel");
           dev->supported_[k] = ok;
         }
+      for (size_t k = 0; k < info_.kernels.size() && k < dev->supported_.size(); ++k)
+        if (dev->supported_[k]) dev->kernels_.push_back(info_.kernels[k]);
       devices_.push_back(std::move(dev));
     }
     info_.state = PluginState::Loaded;
@@ -411,12 +413,5 @@ bool Device::imports_host_memory() const {
   return api && info_.memory_kind != BP_MEMORY_DEVICE && api->buffer_import_host;
 }
 
-std::vector<KernelInfo> Device::kernels() const {
-  std::vector<KernelInfo> out;
-  const auto& all = plugin_->info().kernels;
-  for (size_t i = 0; i < all.size(); ++i)
-    if (i < supported_.size() && supported_[i]) out.push_back(all[i]);
-  return out;
-}
 
 }  // namespace backplane

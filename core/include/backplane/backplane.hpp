@@ -336,8 +336,8 @@ class Device {
   const std::string& description() const { return description_; }
   const std::string& plugin_name() const;
   // The kernels this device runs (the plugin's table, less what the device
-  // says it lacks).
-  std::vector<KernelInfo> kernels() const;
+  // says it lacks), made once when the plugin loads.
+  const std::vector<KernelInfo>& kernels() const { return kernels_; }
   // Whether the device's plugin can use application memory in place
   // (Runtime::wrap_host, DLPack import, Plan::bind_output of host memory).
   // It may still refuse one pointer (alignment), with the reason.
@@ -357,6 +357,7 @@ class Device {
   bp_device* handle_ = nullptr;
   bp_device_info info_{};
   std::vector<bool> supported_;  // per kernel index
+  std::vector<KernelInfo> kernels_;  // the supported rows, in table order
 };
 
 // One entry of Runtime::devices(): a device, or a plugin whose devices are
