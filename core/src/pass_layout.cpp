@@ -9,6 +9,7 @@
 #include "ops.hpp"
 #include "ops_spec.hpp"
 #include "pass_patterns.hpp"
+#include "plugin.hpp"
 
 namespace backplane::detail {
 
@@ -154,9 +155,7 @@ LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vecto
     const ValueType* t = type_of(n.name);
     if (!t) return false;
     key.push_back(t->dtype);
-    for (const auto& k : dev.kernels())
-      if (k.op == op && !k.variadic && k.dtypes == key) return true;
-    return false;
+    return DeviceAccess::has_kernel(dev, op, key);
   };
   // Which nodes take their variant: those in a chain, where a candidate's
   // output reaches another candidate directly or through elementwise nodes

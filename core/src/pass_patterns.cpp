@@ -9,6 +9,7 @@
 #include <set>
 
 #include "ops.hpp"
+#include "plugin.hpp"
 #include "vendor_ops.hpp"
 
 namespace backplane::detail {
@@ -278,9 +279,7 @@ class Substituter {
       return std::nullopt;
     }
     key.push_back(out.type.dtype);
-    bool row = false;
-    for (const auto& k : dev_->kernels()) row = row || (k.op == decl.op && !k.variadic && k.dtypes == key);
-    if (!row) {
+    if (!DeviceAccess::has_kernel(*dev_, decl.op, key)) {
       why = "device '" + dev_->name() + "' has no " + decl.op + " kernel for these dtypes";
       return std::nullopt;
     }

@@ -88,6 +88,13 @@ struct DeviceAccess {
   static bool supports(const Device& d, int kernel) {
     return kernel >= 0 && static_cast<size_t>(kernel) < d.supported_.size() && d.supported_[kernel];
   }
+  // Whether the device runs a fixed-arity kernel of `op` for exactly these
+  // dtypes (inputs, then output): the plugin's index, not a scan of the
+  // table.
+  static bool has_kernel(const Device& d, const std::string& op, const std::vector<bp_dtype>& key) {
+    const int k = d.plugin_->find_kernel(op, key);
+    return supports(d, k) && !d.plugin_->info().kernels[static_cast<size_t>(k)].variadic;
+  }
 };
 
 }  // namespace backplane
