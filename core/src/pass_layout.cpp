@@ -120,7 +120,8 @@ bool elementwise(const std::string& op) {
 }  // namespace
 
 LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vector<Node>& nodes,
-                               const std::vector<Device*>& devices, const std::vector<std::string>& keep) {
+                               const std::vector<Device*>& devices, const std::vector<std::string>& keep,
+                               const std::map<std::string, ValueType>* known_types) {
   LayoutResult r;
   if (devices.empty()) return r;
   Device& dev = *devices.front();
@@ -128,7 +129,9 @@ LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vecto
   if (variants.empty()) return r;  // most devices: nothing to infer
   // Value names and types are those of the graph as given (the patterns keep
   // the names and types of the nodes they replace).
-  const std::map<std::string, ValueType> types = infer_standard_nodes(graph);
+  std::map<std::string, ValueType> inferred;
+  if (!known_types || known_types->empty()) inferred = infer_standard_nodes(graph);
+  const std::map<std::string, ValueType>& types = known_types && !known_types->empty() ? *known_types : inferred;
   auto type_of = [&](const std::string& name) -> const ValueType* {
     auto it = types.find(name);
     return it == types.end() || it->second.is_bundle() ? nullptr : &it->second;

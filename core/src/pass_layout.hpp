@@ -28,8 +28,11 @@
 
 #include <backplane/backplane.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
+
+#include "ops.hpp"
 
 namespace backplane::detail {
 
@@ -39,8 +42,11 @@ struct LayoutResult {
   int rewritten = 0;               // nodes that now run in a variant's layout
 };
 
-// `nodes` are the graph's nodes after earlier passes (the patterns).
+// `nodes` are the graph's nodes after earlier passes (the patterns);
+// `types`, the graph's value types when an earlier pass inferred them (else
+// this pass infers them, only if the device has variants).
 LayoutResult propagate_layouts(Runtime& rt, const Graph& graph, const std::vector<Node>& nodes,
-                               const std::vector<Device*>& devices, const std::vector<std::string>& keep);
+                               const std::vector<Device*>& devices, const std::vector<std::string>& keep,
+                               const std::map<std::string, ValueType>* types = nullptr);
 
 }  // namespace backplane::detail

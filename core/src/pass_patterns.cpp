@@ -94,6 +94,7 @@ class Substituter {
     // graph's nodes stay as they are (r.nodes empty, r.substituted 0).
     if (patterns.empty()) return r;
     infer_all();
+    r.types = types_;
     // Larger patterns first: conv2d -> add -> relu before conv2d -> relu.
     std::stable_sort(patterns.begin(), patterns.end(),
                      [](const Pattern& a, const Pattern& b) { return a.nodes.size() > b.nodes.size(); });

@@ -36,6 +36,9 @@ struct PatternResult {
   std::vector<Node> nodes;         // the graph's nodes with the matches replaced (only when substituted > 0)
   std::vector<std::string> notes;  // substitutions and near misses, for explain()
   int substituted = 0;
+  // The graph's value types when the pass inferred them (it had patterns to
+  // look for), for the passes after it; empty otherwise.
+  std::map<std::string, ValueType> types;
 };
 
 // The types of the graph's inputs and of every standard node whose inputs

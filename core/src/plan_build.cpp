@@ -511,7 +511,7 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
       if (options.vendor_kernels) {
         patterns = detail::substitute_patterns(*this, graph, devices, options.keep);
         layouts = detail::propagate_layouts(*this, graph, patterns.substituted ? patterns.nodes : graph.nodes(), devices,
-                                            options.keep);
+                                            options.keep, &patterns.types);
       }
       simplified = detail::simplify(graph,
                                     layouts.rewritten       ? layouts.nodes
