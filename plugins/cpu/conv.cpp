@@ -289,17 +289,19 @@ bool dense_permuted(const bp_layout& l) {
 // with them.
 float max_abs_f32(const Call& c, size_t i) {
   auto scan = [&] {
-    const bp_layout& l = c.in_layout(i);
+    const bp_layout& given = c.in_layout(i);
+    // A permute of a dense value (a channels-last view) is read as the one
+    // run of memory it covers: the maximum does not depend on the order.
+    bp_layout flat{};
+    if (dense_permuted(given)) {
+      flat = given;
+      flat.rank = 1;
+      flat.shape[0] = sdk::numel(given);
+      flat.strides[0] = 1;
+    }
+    const bp_layout& l = flat.rank == 1 ? flat : given;
     const float* base = c.in_data<float>(i);
     float m = 0.0f, z = 0.0f;  // z: the sum of v * 0, NaN once any v is NaN or infinite
-    if (dense_permuted(l)) {  // every element once, in memory order (a channels-last view)
-      const float* p = base + l.offset;
-      for (int64_t k = 0, n = sdk::numel(l); k < n; ++k) {
-        m = std::max(m, std::fabs(p[k]));
-        z += p[k] * 0.0f;
-      }
-      return z == 0.0f ? m : NAN;
-    }
     const sdk::StridedWalker<1> walk(l.rank, l.shape, {&l});
     walk.run_all([&](const int64_t* off, int64_t n, const int64_t* st) {
       const float* p = base + off[0];
@@ -623,21 +625,28 @@ template <bp_dtype D> using ConvClampK = ConvActK<D, onednn::Activation::Clip>;
 // [N, OH, OW, O]. The host's layout pass (docs/architecture.md) puts them
 // where a chain of convolutions can stay channels-last; the convolution
 // then sees y as the [N, O, OH, OW] view of that buffer.
+// The [N, O, OH, OW] view (a permute) of a dense channels-last output
+// [N, OH, OW, O]: what the convolution computes into.
+bp_layout nchw_view_of_nhwc(const Call& c) {
+  const bp_layout& lo = c.out_layout();
+  BP_SDK_CHECK(lo.rank == 4, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": the output must be 4-D [N, OH, OW, O]");
+  const int64_t N = lo.shape[0], OH = lo.shape[1], OW = lo.shape[2], O = lo.shape[3];
+  bp_layout v = lo;
+  const int64_t shape[4] = {N, O, OH, OW}, strides[4] = {OH * OW * O, 1, OW * O, O};
+  for (int i = 0; i < 4; ++i) {
+    v.shape[i] = shape[i];
+    v.strides[i] = strides[i];
+  }
+  return v;
+}
+
 template <bp_dtype D, onednn::Activation::Kind Act> struct ConvNhwcK {
   static void impl(const Call& c) {
     bp_op_params conv_params;
     const onednn::Activation act = read_conv_params(c, conv_params, Act);
-    BP_SDK_CHECK(c.lay != nullptr && c.n_out == 1 && c.out_layout().rank == 4, BP_ERR_INVALID_ARGUMENT,
-                 std::string(c.op) + ": the output must be 4-D [N, OH, OW, O]");
+    BP_SDK_CHECK(c.lay != nullptr && c.n_out == 1, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": expected 1 output");
     std::vector<bp_layout> lays(c.lay, c.lay + c.n_in + 1);
-    const bp_layout& lo = c.out_layout();
-    const int64_t N = lo.shape[0], OH = lo.shape[1], OW = lo.shape[2], O = lo.shape[3];
-    bp_layout& v = lays[c.n_in];
-    const int64_t shape[4] = {N, O, OH, OW}, strides[4] = {OH * OW * O, 1, OW * O, O};
-    for (int i = 0; i < 4; ++i) {
-      v.shape[i] = shape[i];
-      v.strides[i] = strides[i];
-    }
+    lays[c.n_in] = nchw_view_of_nhwc(c);
     Call inner = c;
     inner.params = &conv_params;
     inner.lay = lays.data();
@@ -651,27 +660,17 @@ template <bp_dtype D, onednn::Activation::Kind Act> struct ConvNhwcK {
 // the block's input, in a chain).
 template <bp_dtype D, bool Nhwc> struct ConvAddReluK {
   static void impl(const Call& c) {
-    BP_SDK_CHECK(c.in != nullptr && c.lay != nullptr && c.n_in == 4 && c.n_out == 1 && c.has_input(3),
-                 BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": expected x, w, b and the shortcut r");
+    c.expect(4, BP_PARAMS_NONE);  // counts, ranks, every layout inside its storage
+    BP_SDK_CHECK(c.has_input(3), BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": the shortcut r is missing");
     bp_op_params conv_params;
     const onednn::Activation act = read_conv_params(c, conv_params, onednn::Activation::Relu);
     const bp_layout& lr = c.in_layout(3);
-    const bp_layout& lo = c.out_layout();
-    BP_SDK_CHECK(lo.rank == 4 && lr.rank == 4, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": r and the output must be 4-D");
-    std::vector<bp_layout> lays = {c.lay[0], c.lay[1], c.lay[2], lo};
-    if constexpr (Nhwc) {
-      const int64_t N = lo.shape[0], OH = lo.shape[1], OW = lo.shape[2], O = lo.shape[3];
-      const int64_t shape[4] = {N, O, OH, OW}, strides[4] = {OH * OW * O, 1, OW * O, O};
-      for (int i = 0; i < 4; ++i) {
-        lays[3].shape[i] = shape[i];
-        lays[3].strides[i] = strides[i];
-      }
-    }
+    BP_SDK_CHECK(lr.rank == 4 && c.out_layout().rank == 4, BP_ERR_INVALID_ARGUMENT,
+                 std::string(c.op) + ": r and the output must be 4-D");
+    std::vector<bp_layout> lays = {c.lay[0], c.lay[1], c.lay[2], Nhwc ? nchw_view_of_nhwc(c) : c.out_layout()};
     for (int i = 0; i < 4; ++i)
       BP_SDK_CHECK(lr.shape[i] == lays[3].shape[i], BP_ERR_INVALID_ARGUMENT,
                    std::string(c.op) + ": r " + dims_str(lr) + " is not the convolution's output shape");
-    BP_SDK_CHECK(sdk::layout_fits(lr, sizeof(float), 0, c.in[3].byte_size), BP_ERR_OUT_OF_RANGE,
-                 std::string(c.op) + ": r's layout reaches outside its storage");
     onednn::Residual res;
     res.data = c.in_data<float>(3) + lr.offset;
     for (int i = 0; i < 4; ++i) res.s[i] = lr.strides[i];

@@ -274,8 +274,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void max_pool_nhwc
 
 template <bp_dtype D> struct MaxPoolNhwcK {
   static void impl(const Call& c) {
-    BP_SDK_CHECK(c.in != nullptr && c.out != nullptr && c.lay != nullptr && c.n_in == 1 && c.n_out == 1,
-                 BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": expected 1 input and 1 output");
+    c.expect(1, BP_PARAMS_NONE);  // counts, ranks, the layout inside its storage
     const sdk::VendorParams p(c.params, c.op);
     p.allow_only({"kernel_size", "stride", "padding", "dilation", "ceil_mode"});
     int64_t k[2], st[2], pad[4], dil[2];
@@ -288,8 +287,6 @@ template <bp_dtype D> struct MaxPoolNhwcK {
     const bp_layout& lx = c.in_layout(0);
     const bp_layout& lo = c.out_layout();
     BP_SDK_CHECK(lx.rank == 4 && lo.rank == 4, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": x and the output must be 4-D");
-    BP_SDK_CHECK(sdk::layout_fits(lx, sizeof(float), 0, c.in[0].byte_size), BP_ERR_OUT_OF_RANGE,
-                 std::string(c.op) + ": x's layout reaches outside its storage");
     const int64_t N = lx.shape[0], C = lx.shape[1], H = lx.shape[2], W = lx.shape[3];
     const int64_t OH = lo.shape[1], OW = lo.shape[2];
     BP_SDK_CHECK(k[0] >= 1 && k[1] >= 1 && st[0] >= 1 && st[1] >= 1 && dil[0] >= 1 && dil[1] >= 1 && pad[0] >= 0 &&
