@@ -859,19 +859,35 @@ bool conv2d_nhwc(const Call& c, bp_dtype d, const ConvGeom& g) {
     char* xd = static_cast<char*>(xown->get());
     const Split hsplit{g.H, std::min<int64_t>(g.H, threads * 2)};
     const int64_t blocks = hsplit.parts;
+    // One reorder per distinct block height (at most two), made here once:
+    // making one costs tens of microseconds, more than a block's copy.
+    struct RowReorder {
+      int64_t rows;
+      dnnl::memory::desc from, to;
+      Reorder r;
+    };
+    std::vector<RowReorder> reorders;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t rows = hsplit.lo(b + 1) - hsplit.lo(b);
+      if (rows <= 0 || std::any_of(reorders.begin(), reorders.end(), [&](const RowReorder& o) { return o.rows == rows; }))
+        continue;
+      RowReorder o{rows,
+                   dnnl::memory::desc({1, g.C, rows, g.W}, *t,
+                                      dims{plane, std::max<int64_t>(lx.strides[1], 1), std::max<int64_t>(lx.strides[2], 1),
+                                           std::max<int64_t>(lx.strides[3], 1)}),
+                   dnnl::memory::desc({1, g.C, rows, g.W}, *t, dnnl::memory::format_tag::nhwc),
+                   {}};
+      o.r.make(o.from, o.to);
+      reorders.push_back(std::move(o));
+    }
     pfor(c, g.N * blocks, 1, [&](int64_t i0, int64_t i1) {
       OneThread inner;
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t n = i / blocks, h0 = hsplit.lo(i % blocks), rows = hsplit.lo(i % blocks + 1) - h0;
         if (rows <= 0) continue;
-        const dnnl::memory::desc from({1, g.C, rows, g.W}, *t,
-                                      dims{plane, std::max<int64_t>(lx.strides[1], 1), std::max<int64_t>(lx.strides[2], 1),
-                                           std::max<int64_t>(lx.strides[3], 1)});
-        const dnnl::memory::desc to({1, g.C, rows, g.W}, *t, dnnl::memory::format_tag::nhwc);
-        Reorder r;
-        r.make(from, to);
-        r(dnnl::memory(from, *g_engine, x + (n * lx.strides[0] + h0 * lx.strides[2]) * static_cast<int64_t>(es)),
-          dnnl::memory(to, *g_engine, xd + (n * plane + h0 * g.W * g.C) * static_cast<int64_t>(es)));
+        const RowReorder& o = *std::find_if(reorders.begin(), reorders.end(), [&](const RowReorder& q) { return q.rows == rows; });
+        o.r(dnnl::memory(o.from, *g_engine, x + (n * lx.strides[0] + h0 * lx.strides[2]) * static_cast<int64_t>(es)),
+            dnnl::memory(o.to, *g_engine, xd + (n * plane + h0 * g.W * g.C) * static_cast<int64_t>(es)));
       }
     });
     x = xd;
