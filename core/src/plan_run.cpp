@@ -514,13 +514,7 @@ struct Completion::State {
     cv.notify_all();
   }
   void wait_done() {
-    if (done.load(std::memory_order_acquire)) return;
-    const auto until = std::chrono::steady_clock::now() + detail::spin_time();
-    while (std::chrono::steady_clock::now() < until)
-      for (int i = 0; i < 64; ++i) {
-        if (done.load(std::memory_order_acquire)) return;
-        detail::cpu_relax();
-      }
+    if (detail::spin_until([&] { return done.load(std::memory_order_acquire); })) return;
     std::unique_lock<std::mutex> lk(m);
     cv.wait(lk, [&] { return done.load(std::memory_order_acquire); });
   }
@@ -551,9 +545,7 @@ void Submitter::post(std::function<void()> job) {
 void Submitter::loop() {
   for (;;) {
     // Watch for the next run briefly, then sleep.
-    const auto until = std::chrono::steady_clock::now() + spin_time();
-    while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
-      for (int i = 0; i < 64 && queued_.load(std::memory_order_relaxed) == 0; ++i) cpu_relax();
+    spin_until([&] { return queued_.load(std::memory_order_acquire) != 0; });
     std::function<void()> job;
     {
       std::unique_lock<std::mutex> lk(m_);

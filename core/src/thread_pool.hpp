@@ -67,4 +67,18 @@ std::chrono::microseconds spin_time();
 // One pause of a spin-wait loop.
 void cpu_relax();
 
+// Watches `ready` for spin_time(), pausing between looks; true as soon as it
+// holds, false when the time is up (the caller then sleeps on its own
+// condition variable).
+template <class Ready> bool spin_until(Ready ready) {
+  if (ready()) return true;
+  const auto until = std::chrono::steady_clock::now() + spin_time();
+  while (std::chrono::steady_clock::now() < until)
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+  return ready();
+}
+
 }  // namespace backplane::detail
