@@ -65,6 +65,12 @@ std::optional<std::vector<Json>> before_permute(const VendorOpInfo& v, const std
   return rest;
 }
 
+Variant variant(const VendorOpInfo* v, const Perm& perm) {
+  Variant var{v, perm, Perm(perm.size(), 0)};
+  for (size_t i = 0; i < perm.size(); ++i) var.inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  return var;
+}
+
 // The variants the device offers, by the op they are a variant of.
 std::map<std::string, Variant> variants_of(Runtime& rt, Device& dev) {
   std::set<std::string> vendor;
@@ -86,10 +92,7 @@ std::map<std::string, Variant> variants_of(Runtime& rt, Device& dev) {
       for (const auto& [key, val] : params.items())
         through = through && v->params.contains(key) && val == Json("$" + key);
       if (through) {
-        Variant var{v, perm, {}};
-        var.inverse.assign(perm.size(), 0);
-        for (size_t i = 0; i < perm.size(); ++i) var.inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
-        out.emplace(op, std::move(var));
+        out.emplace(op, variant(v, perm));
         continue;
       }
     }
@@ -102,10 +105,7 @@ std::map<std::string, Variant> variants_of(Runtime& rt, Device& dev) {
       perm.clear();
       auto rest = before_permute(*v, b->decomposition["outputs"][0].get<std::string>(), perm);
       if (!rest || Json(*rest) != b->decomposition["nodes"]) continue;
-      Variant var{v, perm, {}};
-      var.inverse.assign(perm.size(), 0);
-      for (size_t i = 0; i < perm.size(); ++i) var.inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
-      out.emplace(base_name, std::move(var));
+      out.emplace(base_name, variant(v, perm));
       break;
     }
   }
