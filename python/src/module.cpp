@@ -142,10 +142,10 @@ py::array as_input(const py::handle& value, bp_dtype want, const std::string& na
   // NumPy's same_kind casting wraps integers that do not fit (int64 2^40
   // to i32): refuse them instead, naming the range.
   const py::dtype to = numpy_dtype(want);
-  if (given.dtype().kind() == 'i' || given.dtype().kind() == 'u')
-    if ((to.kind() == 'i' || to.kind() == 'u') && given.size() > 0 &&
-        !py::module_::import("numpy").attr("can_cast")(given.dtype(), to, "safe").cast<bool>()) {
-      py::module_ np = py::module_::import("numpy");
+  if ((given.dtype().kind() == 'i' || given.dtype().kind() == 'u') && (to.kind() == 'i' || to.kind() == 'u') &&
+      given.size() > 0) {
+    py::module_ np = py::module_::import("numpy");
+    if (!np.attr("can_cast")(given.dtype(), to, "safe").cast<bool>()) {
       const py::object info = np.attr("iinfo")(to);
       const py::object lo = given.attr("min")(), hi = given.attr("max")();
       if (lo.attr("__lt__")(info.attr("min")).cast<bool>() || hi.attr("__gt__")(info.attr("max")).cast<bool>())
@@ -153,6 +153,7 @@ py::array as_input(const py::handle& value, bp_dtype want, const std::string& na
                         py::str(hi).cast<std::string>() + " do not fit " + std::string(dtype_name(want)),
                     BP_ERR_OUT_OF_RANGE);
     }
+  }
   auto a = given.attr("astype")(to, py::arg("order") = "C", py::arg("casting") = "same_kind", py::arg("copy") = false)
       .cast<py::array>();
   return want == BP_DTYPE_BF16 ? to_bf16_bits(a) : a;
