@@ -24,6 +24,7 @@ import json
 import os
 import statistics
 import subprocess
+import time
 import sys
 import tempfile
 
@@ -66,6 +67,13 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--runs", type=int, default=6, help="timed runs per side per round")
+    ap.add_argument("--warmup", type=int, default=2,
+                    help="untimed runs per side before each round's timed runs: the side that ran before may "
+                         "leave spinning threads or cold caches behind, and no side should pay for another")
+    ap.add_argument("--settle-ms", type=float, default=100,
+                    help="pause before each side's runs: ONNX Runtime's pool keeps one core spinning for ~30 ms "
+                         "after a run returns (libgomp's threads spin too), which would be charged to the next side")
+    ap.add_argument("--dump", action="store_true", help="print every timed run, per model and side")
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args()
 
@@ -108,7 +116,13 @@ def main():
             for m in names:
                 order = workers[r % len(workers):] + workers[:r % len(workers)]
                 for w in order:
+                    time.sleep(args.settle_ms / 1e3)
+                    if args.warmup:
+                        w.ask("time %s %d" % (m, args.warmup))
                     times[(m, w.name)] += w.ask("time %s %d" % (m, args.runs))["times"]
+    if args.dump:
+        for k, v in times.items():
+            print(k, " ".join("%.2f" % t for t in v))
     for w in workers:
         w.close()
     print("load average after: %.2f %.2f %.2f" % os.getloadavg())
