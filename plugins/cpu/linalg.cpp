@@ -75,15 +75,47 @@ typedef float v16f __attribute__((vector_size(64)));
     g.y[n] = t0;
   }
 }
-// Columns [n0, n1) when b's rows are contiguous (any a stride).
+[[gnu::always_inline]] inline void store16(float* p, v16f v) { __builtin_memcpy(p, &v, sizeof v); }
+// Columns [n0, n1) when b's rows are contiguous (any a stride). A panel of
+// y (at most 2 KiB, in L1) takes four rows of b per pass, each read as one
+// contiguous run: a narrow panel would touch a new page for every row of b
+// (rows of a 1000-wide b are 4000 bytes apart) and stall on the TLB.
 [[gnu::always_inline]] inline void gemv_rows(const Gemv& g, int64_t n0, int64_t n1) {
-  float* __restrict y = g.y + n0;
-  const int64_t w = n1 - n0;
-  for (int64_t j = 0; j < w; ++j) y[j] = 0.0f;
-  for (int64_t k = 0; k < g.K; ++k) {
-    const float av = g.a[k * g.sa];
-    const float* __restrict r = g.b + k * g.rsb + n0;
-    for (int64_t j = 0; j < w; ++j) y[j] += av * r[j];
+  constexpr int64_t kPanel = 512;
+  for (int64_t p0 = n0; p0 < n1; p0 += kPanel) {
+    const int64_t w = std::min(kPanel, n1 - p0), w16 = w / 16 * 16;
+    float* __restrict y = g.y + p0;
+    for (int64_t j = 0; j < w; ++j) y[j] = 0.0f;
+    int64_t k = 0;
+    for (; k + 4 <= g.K; k += 4) {
+      const float a0 = g.a[k * g.sa], a1 = g.a[(k + 1) * g.sa], a2 = g.a[(k + 2) * g.sa], a3 = g.a[(k + 3) * g.sa];
+      const float* __restrict r0 = g.b + k * g.rsb + p0;
+      const float* __restrict r1 = r0 + g.rsb;
+      const float* __restrict r2 = r1 + g.rsb;
+      const float* __restrict r3 = r2 + g.rsb;
+      // The same order per element as one row at a time: y + a0 r0, then + a1 r1, ...
+      for (int64_t j = 0; j < w16; j += 16) {
+        v16f v = load16(y + j);
+        v += a0 * load16(r0 + j);
+        v += a1 * load16(r1 + j);
+        v += a2 * load16(r2 + j);
+        v += a3 * load16(r3 + j);
+        store16(y + j, v);
+      }
+      for (int64_t j = w16; j < w; ++j) {
+        float v = y[j];
+        v += a0 * r0[j];
+        v += a1 * r1[j];
+        v += a2 * r2[j];
+        v += a3 * r3[j];
+        y[j] = v;
+      }
+    }
+    for (; k < g.K; ++k) {
+      const float av = g.a[k * g.sa];
+      const float* __restrict r = g.b + k * g.rsb + p0;
+      for (int64_t j = 0; j < w; ++j) y[j] += av * r[j];
+    }
   }
 }
 template <bool Dots> void gemv_base(const Gemv& g, int64_t n0, int64_t n1) {
@@ -111,10 +143,13 @@ bool gemv_f32(const Call& c, const Gemv& g, int64_t N) {
   if (isa() >= Isa::avx512) fn = dots ? &gemv_avx512<true> : &gemv_avx512<false>;
   else if (isa() >= Isa::avx2) fn = dots ? &gemv_avx2<true> : &gemv_avx2<false>;
 #endif
-  // Blocks of 64 columns (whole cache lines of y; the row form's y block
-  // stays in registers and L1), at least ~64K multiply-adds per task.
+  // Blocks of 64 columns (whole cache lines of y), at least ~64K
+  // multiply-adds per task. The row form reads every row of b in each task,
+  // so it takes one wide task per thread rather than several narrow ones.
   const int64_t blocks = (N + 63) / 64;
-  pfor(c, blocks, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, g.K * 64)), [&](int64_t b0, int64_t b1) {
+  int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, g.K * 64));
+  if (!dots) grain = std::max<int64_t>(grain, (blocks + num_threads(c) - 1) / num_threads(c));
+  pfor(c, blocks, grain, [&](int64_t b0, int64_t b1) {
     fn(g, b0 * 64, std::min(N, b1 * 64));
   });
   return true;
