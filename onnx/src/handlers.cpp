@@ -380,21 +380,10 @@ void gemm(I& imp, const NodeP& n) {
   auto c = imp.get(n, 2);
   if (rank_of(a) != 2 || rank_of(b) != 2) fail(imp, n, "A and B must be 2-D");
   if (I::attr_i(n, "transA", 0)) a = imp.emit(out_name(n, "at"), "transpose", {a}, {{"dim0", 0}, {"dim1", 1}});
-  if (I::attr_i(n, "transB", 0)) {
-    if (b->value && I::numel(b->type.shape) > imp.options().fold_limit) {
-      // A large constant weight: transposed once here, stored dense.
-      const auto& src = *b->value;
-      const int64_t R = b->type.shape[0], C = b->type.shape[1];
-      HostTensor t(src.dtype, {C, R});
-      const size_t es = dtype_size(src.dtype);
-      for (int64_t i = 0; i < R; ++i)
-        for (int64_t j = 0; j < C; ++j)
-          std::memcpy(t.bytes.data() + static_cast<size_t>(j * R + i) * es, src.bytes.data() + static_cast<size_t>(i * C + j) * es, es);
-      b = imp.constant(std::move(t), out_name(n, "bt"));
-    } else {
-      b = imp.emit(out_name(n, "bt"), "transpose", {b}, {{"dim0", 0}, {"dim1", 1}});
-    }
-  }
+  // A transposed view, never a transposed copy: a constant weight keeps its
+  // [N, K] storage, which is the form a one-row product reads fastest (one
+  // contiguous dot product per output), and nothing is copied at import.
+  if (I::attr_i(n, "transB", 0)) b = imp.emit(out_name(n, "bt"), "transpose", {b}, {{"dim0", 0}, {"dim1", 1}});
   const double alpha = I::attr_f(n, "alpha", 1.0), beta = I::attr_f(n, "beta", 1.0);
   const bool more = alpha != 1.0 || (c && beta != 0.0);
   auto y = imp.emit(more ? out_name(n, "ab") : out_name(n), "matmul", {a, b});
