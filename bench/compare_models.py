@@ -33,6 +33,31 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "models"))
 
 
+def cpu_us(pid):
+    """CPU time of every thread of a process (Linux), in microseconds."""
+    total = 0
+    try:
+        for t in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+                total += int(f.read().split()[0]) // 1000
+    except OSError:
+        pass
+    return total
+
+
+def settle(workers, limit_s):
+    """Waits (up to limit_s) until no worker used more than 5% of a core over 10 ms."""
+    end = time.monotonic() + limit_s
+    if not os.path.isdir("/proc/self/task"):
+        time.sleep(min(limit_s, 0.25))
+        return
+    while time.monotonic() < end:
+        before = sum(cpu_us(w.p.pid) for w in workers)
+        time.sleep(0.01)
+        if sum(cpu_us(w.p.pid) for w in workers) - before < 500:
+            return
+
+
 class Worker:
     def __init__(self, name, cmd, env):
         self.name = name
@@ -70,9 +95,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=2,
                     help="untimed runs per side before each round's timed runs: the side that ran before may "
                          "leave spinning threads or cold caches behind, and no side should pay for another")
-    ap.add_argument("--settle-ms", type=float, default=100,
-                    help="pause before each side's runs: ONNX Runtime's pool keeps one core spinning for ~30 ms "
-                         "after a run returns (libgomp's threads spin too), which would be charged to the next side")
+    ap.add_argument("--settle-ms", type=float, default=1000,
+                    help="at most this long before each side's runs, waiting for every worker to go idle: ONNX "
+                         "Runtime's pool keeps a core spinning ~30 ms after a run returns and PyTorch's BLAS threads "
+                         "~100 ms, which would be charged to the side timed next")
     ap.add_argument("--dump", action="store_true", help="print every timed run, per model and side")
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args()
@@ -116,7 +142,7 @@ def main():
             for m in names:
                 order = workers[r % len(workers):] + workers[:r % len(workers)]
                 for w in order:
-                    time.sleep(args.settle_ms / 1e3)
+                    settle(workers, args.settle_ms / 1e3)
                     if args.warmup:
                         w.ask("time %s %d" % (m, args.warmup))
                     times[(m, w.name)] += w.ask("time %s %d" % (m, args.runs))["times"]
