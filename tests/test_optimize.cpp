@@ -322,6 +322,49 @@ TEST_CASE("optimizer: a chain of convolutions stays channels-last and gives the 
   for (int64_t i = 0; i < got2.numel(); ++i) CHECK(std::fabs(got2.get(i) - want2.get(i)) <= 1e-4 * scale + 1e-5);
 }
 
+TEST_CASE("cpu.max_pool2d_nhwc on channels-last data: every channel block, NaN, clipped windows, exactly",
+          "[optimize][cpu]") {
+  // 91 channels: four vectors of 16 at once, one of 16, one of 8 and 3 left
+  // (the AVX-512 path's blocks; AVX2 takes 8s). NaN in a channel of each
+  // block must reach exactly the outputs whose window holds it; a max is
+  // exact, so every other value must equal max_pool2d's bit for bit.
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  const int64_t C = 91, H = 13, W = 12;
+  HostTensor xl = random_tensor({1, H, W, C}, 21);
+  const int64_t nan_at[][3] = {{0, 0, 5}, {6, 7, 70}, {12, 11, 85}, {3, 4, 90}, {9, 2, 40}, {5, 5, 55}};
+  for (const auto& p : nan_at) xl.set((p[0] * W + p[1]) * C + p[2], std::numeric_limits<double>::quiet_NaN());
+  const Json params_list[] = {{{"kernel_size", 3}, {"stride", 2}, {"padding", 1}},
+                              {{"kernel_size", {3, 2}}, {"stride", {1, 2}}, {"dilation", 2}, {"ceil_mode", true}}};
+  for (const Json& params : params_list) {
+    INFO(params.dump());
+    Graph g;
+    g.input("xl", BP_DTYPE_F32, {1, H, W, C});
+    g.node("x", "permute", {"xl"}, {{"dims", {0, 3, 1, 2}}});  // NCHW shape, channels contiguous
+    g.node("y", "cpu.max_pool2d_nhwc", {"x"}, params);
+    g.output("y");
+    Graph ref;
+    ref.input("xl", BP_DTYPE_F32, {1, H, W, C});
+    ref.node("x", "permute", {"xl"}, {{"dims", {0, 3, 1, 2}}});
+    ref.node("p", "max_pool2d", {"x"}, params);
+    ref.node("y", "permute", {"p"}, {{"dims", {0, 2, 3, 1}}});
+    ref.output("y");
+    CompileOptions plain;
+    plain.optimize = false;  // the reference stays max_pool2d
+    const HostTensor got = rt->compile(g, cpu, plain).run({{"xl", xl}}).at("y");
+    const HostTensor want = rt->compile(ref, cpu, plain).run({{"xl", xl}}).at("y");
+    REQUIRE(got.shape == want.shape);
+    int64_t nans = 0, bad = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const double a = got.get(i), b = want.get(i);
+      nans += std::isnan(b);
+      bad += std::isnan(b) ? !std::isnan(a) : !(a == b);
+    }
+    CHECK(bad == 0);
+    CHECK(nans >= 6);  // each NaN reached at least one output
+  }
+}
+
 TEST_CASE("optimizer: a lone convolution, a pinned one and a graph without the variants keep their layout",
           "[optimize]") {
   auto rt = cpu_runtime();

@@ -19,6 +19,7 @@
 #include "kernels.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -257,6 +258,86 @@ struct PoolNhwcGeom {
       if (bad[ch]) acc[ch] = std::numeric_limits<float>::quiet_NaN();
   }
 }
+// The same row when channels are contiguous (xs1 == 1): each block of
+// channels keeps its maxima and NaN flags in registers over the whole
+// window, four vectors of channels at a time (four independent chains of
+// max), instead of a load and store of both per window pixel.
+typedef float pool_v8f __attribute__((vector_size(32)));
+typedef int32_t pool_v8i __attribute__((vector_size(32)));
+typedef float pool_v16f __attribute__((vector_size(64)));
+typedef int32_t pool_v16i __attribute__((vector_size(64)));
+// One vector of channels [ch, ch + lanes) of one output pixel.
+template <class V, class VI> [[gnu::always_inline]] inline void max_pool_nhwc_block(const float* x, const int64_t* rows,
+                                                                                    int64_t nrows, const int64_t* cols,
+                                                                                    int64_t ncols, int64_t ch, float* out) {
+  V a = V{} - std::numeric_limits<float>::infinity();
+  VI b{};
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t q = 0; q < ncols; ++q) {
+      V v;
+      std::memcpy(&v, x + rows[r] + cols[q] + ch, sizeof v);
+      b |= v != v;
+      a = v > a ? v : a;
+    }
+  a = b != 0 ? V{} + std::numeric_limits<float>::quiet_NaN() : a;
+  std::memcpy(out + ch, &a, sizeof a);
+}
+template <class V, class VI, class V8, class VI8>
+[[gnu::always_inline]] inline void max_pool_nhwc_row_vec(const PoolNhwcGeom& g, const float* x,
+                                                                                      int64_t n, int64_t oh, float* y) {
+  constexpr int64_t L = sizeof(V) / sizeof(float);
+  const int64_t C = g.C;
+  int64_t rows[16], nrows = 0;  // valid input rows of the window (kh <= 16 here)
+  for (int64_t i = 0; i < g.kh; ++i) {
+    const int64_t ih = oh * g.sh - g.pt + i * g.dh;
+    if (ih >= 0 && ih < g.H) rows[nrows++] = n * g.xs0 + ih * g.xs2;
+  }
+  const V ninf = V{} - std::numeric_limits<float>::infinity();
+  const V qnan = V{} + std::numeric_limits<float>::quiet_NaN();
+  for (int64_t ow = 0; ow < g.OW; ++ow) {
+    int64_t cols[16], ncols = 0;
+    for (int64_t j = 0; j < g.kw; ++j) {
+      const int64_t iw = ow * g.sw - g.pl + j * g.dw;
+      if (iw >= 0 && iw < g.W) cols[ncols++] = iw * g.xs3;
+    }
+    float* out = y + ow * C;
+    int64_t ch = 0;
+    for (; ch + 4 * L <= C; ch += 4 * L) {
+      V a0 = ninf, a1 = ninf, a2 = ninf, a3 = ninf;
+      VI b0{}, b1{}, b2{}, b3{};
+      for (int64_t r = 0; r < nrows; ++r)
+        for (int64_t q = 0; q < ncols; ++q) {
+          const float* v = x + rows[r] + cols[q] + ch;
+          V v0, v1, v2, v3;
+          std::memcpy(&v0, v, sizeof v0);
+          std::memcpy(&v1, v + L, sizeof v1);
+          std::memcpy(&v2, v + 2 * L, sizeof v2);
+          std::memcpy(&v3, v + 3 * L, sizeof v3);
+          b0 |= v0 != v0, b1 |= v1 != v1, b2 |= v2 != v2, b3 |= v3 != v3;
+          a0 = v0 > a0 ? v0 : a0, a1 = v1 > a1 ? v1 : a1, a2 = v2 > a2 ? v2 : a2, a3 = v3 > a3 ? v3 : a3;
+        }
+      a0 = b0 != 0 ? qnan : a0, a1 = b1 != 0 ? qnan : a1, a2 = b2 != 0 ? qnan : a2, a3 = b3 != 0 ? qnan : a3;
+      std::memcpy(out + ch, &a0, sizeof a0);
+      std::memcpy(out + ch + L, &a1, sizeof a1);
+      std::memcpy(out + ch + 2 * L, &a2, sizeof a2);
+      std::memcpy(out + ch + 3 * L, &a3, sizeof a3);
+    }
+    for (; ch + L <= C; ch += L) max_pool_nhwc_block<V, VI>(x, rows, nrows, cols, ncols, ch, out);
+    if constexpr (L == 16)  // 24 channels (ShuffleNet's stem): one 16, one 8
+      for (; ch + 8 <= C; ch += 8) max_pool_nhwc_block<V8, VI8>(x, rows, nrows, cols, ncols, ch, out);
+    for (; ch < C; ++ch) {
+      float a = -std::numeric_limits<float>::infinity();
+      bool b = false;
+      for (int64_t r = 0; r < nrows; ++r)
+        for (int64_t q = 0; q < ncols; ++q) {
+          const float e = x[rows[r] + cols[q] + ch];
+          b |= e != e;
+          a = e > a ? e : a;
+        }
+      out[ch] = b ? std::numeric_limits<float>::quiet_NaN() : a;
+    }
+  }
+}
 using PoolNhwcRowFn = void (*)(const PoolNhwcGeom&, const float*, int64_t, int64_t, float*, int32_t*);
 void max_pool_nhwc_row_base(const PoolNhwcGeom& g, const float* x, int64_t n, int64_t oh, float* y, int32_t* nan) {
   max_pool_nhwc_row(g, x, n, oh, y, nan);
@@ -264,10 +345,12 @@ void max_pool_nhwc_row_base(const PoolNhwcGeom& g, const float* x, int64_t n, in
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) void max_pool_nhwc_row_avx2(const PoolNhwcGeom& g, const float* x, int64_t n,
                                                                  int64_t oh, float* y, int32_t* nan) {
+  if (g.xs1 == 1 && g.kh <= 16 && g.kw <= 16) return max_pool_nhwc_row_vec<pool_v8f, pool_v8i, pool_v8f, pool_v8i>(g, x, n, oh, y);
   max_pool_nhwc_row(g, x, n, oh, y, nan);
 }
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void max_pool_nhwc_row_avx512(
     const PoolNhwcGeom& g, const float* x, int64_t n, int64_t oh, float* y, int32_t* nan) {
+  if (g.xs1 == 1 && g.kh <= 16 && g.kw <= 16) return max_pool_nhwc_row_vec<pool_v16f, pool_v16i, pool_v8f, pool_v8i>(g, x, n, oh, y);
   max_pool_nhwc_row(g, x, n, oh, y, nan);
 }
 #endif
