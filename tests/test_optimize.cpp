@@ -365,6 +365,73 @@ TEST_CASE("cpu.max_pool2d_nhwc on channels-last data: every channel block, NaN, 
   }
 }
 
+TEST_CASE("cpu stem kernel (3 input channels, channels-last out) against conv2d: partial vectors, edges, NaN",
+          "[optimize][cpu]") {
+  // plugins/cpu/stem.cpp takes cpu.conv2d*_nhwc with C <= 4 and a window of
+  // at most 3x3 (tests/onednn_stem_skipped.sh shows oneDNN does not run
+  // it). 24 and 40 output channels leave a partial last vector; stride 2
+  // with padding, dilation and an odd width put pixels on both edges and
+  // in the blocked middle; a NaN on the first column must reach exactly the
+  // outputs whose window holds it. A dropped tap, a tap counted twice at an
+  // edge or a channel of the partial vector unwritten would each show.
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  struct Case {
+    int64_t C, O, H, W;
+    Json params;
+    const char* act;
+  };
+  const Case cases[] = {{3, 24, 37, 45, {{"stride", 2}, {"padding", 1}}, "relu"},
+                        {3, 40, 20, 33, {{"padding", 2}, {"dilation", 2}}, "none"},
+                        {4, 16, 9, 70, {{"stride", {1, 2}}, {"padding", {0, 1, 1, 0}}}, "clamp"},
+                        {1, 64, 12, 12, {{"stride", 1}}, "relu"}};
+  uint32_t seed = 40;
+  for (const Case& k : cases) {
+    INFO("C " << k.C << " O " << k.O << " " << k.params.dump() << " " << k.act);
+    const HostTensor w = random_tensor({k.O, k.C, 3, 3}, seed++, -0.5, 0.5), b = random_tensor({k.O}, seed++);
+    HostTensor x = random_tensor({2, k.C, k.H, k.W}, seed++);
+    x.set((1 * k.C + k.C - 1) * k.H * k.W + 5 * k.W, std::numeric_limits<double>::quiet_NaN());  // image 1, row 5, col 0
+    Json params = k.params;
+    std::string op = "cpu.conv2d_nhwc";
+    if (std::string(k.act) == "relu") op = "cpu.conv2d_relu_nhwc";
+    if (std::string(k.act) == "clamp") {
+      op = "cpu.conv2d_clamp_nhwc";
+      params["min"] = -0.25;
+      params["max"] = 0.5;
+    }
+    Graph g;
+    g.input("x", BP_DTYPE_F32, x.shape);
+    g.constant("w", w);
+    g.constant("b", b);
+    g.node("y", op, {"x", "w", "b"}, params);
+    g.output("y");
+    Graph ref;
+    ref.input("x", BP_DTYPE_F32, x.shape);
+    ref.constant("w", w);
+    ref.constant("b", b);
+    ref.node("c", "conv2d", {"x", "w", "b"}, k.params);
+    std::string last = "c";
+    if (std::string(k.act) == "relu") ref.node(last = "a", "relu", {"c"});
+    if (std::string(k.act) == "clamp") ref.node(last = "a", "clamp", {"c"}, {{"min", -0.25}, {"max", 0.5}});
+    ref.node("y", "permute", {last}, {{"dims", {0, 2, 3, 1}}});
+    ref.output("y");
+    CompileOptions plain;
+    plain.optimize = false;
+    const HostTensor got = rt->compile(g, cpu, plain).run({{"x", x}}).at("y");
+    const HostTensor want = rt->compile(ref, cpu, plain).run({{"x", x}}).at("y");
+    REQUIRE(got.shape == want.shape);
+    int64_t nans = 0, bad = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const double a = got.get(i), e = want.get(i);
+      nans += std::isnan(e);
+      // docs/ops.md's f32 reduction bound: at most 36 terms of magnitude <= 0.5.
+      bad += std::isnan(e) ? !std::isnan(a) : !(std::fabs(a - e) <= 1e-5);
+    }
+    CHECK(bad == 0);
+    CHECK(nans > 0);
+  }
+}
+
 TEST_CASE("optimizer: a lone convolution, a pinned one and a graph without the variants keep their layout",
           "[optimize]") {
   auto rt = cpu_runtime();

@@ -6,6 +6,7 @@
 #include "gemm.hpp"
 #include "kernels.hpp"
 #include "onednn.hpp"
+#include "stem.hpp"
 #include "packed.hpp"
 #include "winograd.hpp"
 
@@ -398,9 +399,11 @@ template <bp_dtype D> struct Conv2dK {
       // activation applied exactly, NaN kept, on each piece while it is in
       // cache); else the NCHW paths below into a scratch output, transposed
       // into y.
-      if (onednn::conv2d_nhwc(c, D, {N, C, H, W, O, Cg, kH, kW, G, sh, sw, dh, dw, pt, pl, pb, pr, OH, OW, act,
-                                     res ? *res : onednn::Residual{}}))
-        return true;
+      const onednn::ConvGeom geom{N,  C,  H,  W,  O,  Cg, kH, kW, G,  sh,  sw,
+                                  dh, dw, pt, pl, pb, pr, OH, OW, act, res ? *res : onednn::Residual{}};
+      if constexpr (D == BP_DTYPE_F32)
+        if (stem_nhwc(c, geom)) return true;
+      if (onednn::conv2d_nhwc(c, D, geom)) return true;
       std::vector<T> tmp(static_cast<size_t>(N * O * L));
       bp_storage tmp_out = c.out[0];
       tmp_out.data = tmp.data();
