@@ -472,3 +472,33 @@ TEST_CASE("cpu conv2d with constant weights: packed once, dropped with the buffe
     }
   }
 }
+
+// A one-row product with a constant [K, N] weight (rows contiguous): the
+// plugin reads a transposed copy, made at the plan's first run and kept
+// with the weight (plugins/cpu/linalg.cpp). Wrong answers this catches: the
+// copy transposed wrongly or with a tail dropped (K and N are no multiples
+// of 4 or 16), a copy served for other weights (three plans, one after
+// another, get their constants at recycled addresses), and a second run
+// that differs from the first.
+TEST_CASE("cpu one-row matmul with a constant [K, N] weight: transposed once, per weight", "[cpu][packed]") {
+  auto& rt = two_thread_runtime();
+  auto& dev = rt.device("cpu");
+  const int64_t K = 515, N = 301;
+  const HostTensor a = random_tensor(BP_DTYPE_F32, {1, K}, 5);
+  for (uint32_t version = 0; version < 3; ++version) {
+    DYNAMIC_SECTION("weights " << version) {
+      const HostTensor w = random_tensor(BP_DTYPE_F32, {K, N}, 17 + version);
+      Graph g;
+      g.input("a", BP_DTYPE_F32, {1, K});
+      g.constant("w", w);
+      g.node("y", "matmul", {"a", "w"});
+      g.output("y");
+      const Ref r = ref_matmul(values(a), values(w), 1, 1, K, N, false);
+      auto plan = rt.compile(g, dev);
+      const HostTensor y1 = plan.run({{"a", a}}).at("y");
+      check_close(y1, r.y, r.mag, BP_DTYPE_F32);
+      const HostTensor y2 = plan.run({{"a", a}}).at("y");
+      CHECK(std::memcmp(y1.data(), y2.data(), y1.nbytes()) == 0);
+    }
+  }
+}
