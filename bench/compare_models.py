@@ -18,6 +18,12 @@ Backplane is faster). Use Debian's /usr/bin/python3.
   type fitting this CPU for the PyTorch side only, printed).
 - Backplane runs the imported model through a reused plan with
   BACKPLANE_NUM_THREADS = --threads on --device.
+- Before each side's timed runs the script waits until no worker process
+  is using CPU (--settle-ms, at most 1 s) and runs the model --warmup times
+  untimed: ONNX Runtime's pool spins ~30 ms after a run returns and the
+  PyTorch side's BLAS threads ~100 ms, and without the wait that spinning
+  was charged to whichever side ran next (the decoder read 1.7 instead of
+  1.2 ms). --dump prints every timed run.
 """
 import argparse
 import json
