@@ -432,6 +432,50 @@ TEST_CASE("cpu stem kernel (3 input channels, channels-last out) against conv2d:
   }
 }
 
+TEST_CASE("compile_stats: buffer bytes per device, and the unoptimized graph's when asked", "[optimize][cpu]") {
+  // conv -> relu -> conv -> relu over 64x48x48 (576 KiB per activation):
+  // as written, each relu reads a convolution's output while writing its
+  // own, so two activations live at once besides the input; fused
+  // (cpu.conv2d_relu*), the relus' buffers are gone. Wrong answers caught:
+  // figures not per device or not the plan's (they must add up to
+  // buffer_bytes()), a baseline that is the optimized plan again, and one
+  // given when nobody asked.
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {1, 64, 48, 48});
+  uint32_t seed = 60;
+  for (const char* n : {"a", "b"}) {
+    g.constant(std::string(n) + ".w", random_tensor({64, 64, 3, 3}, seed++, -0.1, 0.1));
+    g.constant(std::string(n) + ".b", random_tensor({64}, seed++));
+  }
+  g.node("a", "conv2d", {"x", "a.w", "a.b"}, {{"padding", 1}});
+  g.node("ar", "relu", {"a"});
+  g.node("b", "conv2d", {"ar", "b.w", "b.b"}, {{"padding", 1}});
+  g.node("br", "relu", {"b"});
+  g.output("br");
+  CompileOptions with;
+  with.memory_baseline = true;
+  Plan opt = rt->compile(g, cpu, with);
+  const auto s = opt.compile_stats();
+  REQUIRE(s.buffer_bytes.size() == 1);
+  REQUIRE(s.buffer_bytes.count("cpu") == 1);
+  CHECK(s.buffer_bytes.at("cpu") == opt.buffer_bytes());
+  REQUIRE(s.unoptimized_buffer_bytes.count("cpu") == 1);
+  const uint64_t act = 64 * 48 * 48 * 4;
+  INFO("optimized " << s.buffer_bytes.at("cpu") << ", as written " << s.unoptimized_buffer_bytes.at("cpu"));
+  CHECK(s.unoptimized_buffer_bytes.at("cpu") >= s.buffer_bytes.at("cpu") + act);
+  // The baseline is what a plan compiled unoptimized holds.
+  CompileOptions plain;
+  plain.optimize = false;
+  plain.memory_baseline = true;
+  Plan base = rt->compile(g, cpu, plain);
+  CHECK(base.buffer_bytes() == s.unoptimized_buffer_bytes.at("cpu"));
+  CHECK(base.compile_stats().unoptimized_buffer_bytes == base.compile_stats().buffer_bytes);
+  // Not asked: no baseline.
+  CHECK(rt->compile(g, cpu).compile_stats().unoptimized_buffer_bytes.empty());
+}
+
 TEST_CASE("optimizer: a lone convolution, a pinned one and a graph without the variants keep their layout",
           "[optimize]") {
   auto rt = cpu_runtime();

@@ -71,11 +71,12 @@ int cmd_run(const Args& in) {
   CompileOptions copts;
   copts.profile = profile;
   copts.optimize = optimize;
+  copts.memory_baseline = explain;
   Plan plan = rt->compile(gf.graph, devices, copts);
   const auto t1 = std::chrono::steady_clock::now();
   std::string used;
   for (const auto& d : plan.devices()) used += (used.empty() ? "" : ",") + d;
-  if (explain && !json) std::printf("%s", plan.explain().c_str());
+  if (explain && !json) std::printf("%s%s\n", plan.explain().c_str(), buffers_line(plan.compile_stats()).c_str());
   auto outputs = plan.run(gf.inputs);
   const auto t2 = std::chrono::steady_clock::now();
   if (!out_dir.empty()) {

@@ -110,4 +110,19 @@ LoadedModel load_model(const std::filesystem::path& path, Args& args, bool rando
   return m;
 }
 
+std::string buffers_line(const Plan::CompileStats& s) {
+  auto mib = [](uint64_t b) {
+    char t[32];
+    std::snprintf(t, sizeof t, "%.1f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
+    return std::string(t);
+  };
+  std::string line = "buffers:";
+  for (const auto& [dev, bytes] : s.buffer_bytes) {
+    line += " " + dev + " " + mib(bytes);
+    auto it = s.unoptimized_buffer_bytes.find(dev);
+    if (it != s.unoptimized_buffer_bytes.end()) line += " (as written: " + mib(it->second) + ")";
+  }
+  return line;
+}
+
 }  // namespace backplane::cli

@@ -34,4 +34,8 @@ std::vector<std::string> take_all(Args& args, const std::string& name);
 
 bool is_onnx_path(const std::filesystem::path& path);
 
+// "buffers: cpu 12.3 MiB (as written: 20.1 MiB)": a plan's device buffers
+// per device, with the unoptimized figure when the stats have it.
+std::string buffers_line(const Plan::CompileStats& s);
+
 }  // namespace backplane::cli

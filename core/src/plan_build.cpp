@@ -22,6 +22,13 @@ class Builder {
  public:
   Builder(Plan::Impl& p, const Lowered& l, uint64_t budget) : p_(p), l_(l), budget_(budget) {}
 
+  // Steps and buffer sizes only: nothing allocated, nothing uploaded (the
+  // unoptimized baseline of CompileStats).
+  void plan_only() {
+    plan_only_ = true;
+    build();
+  }
+
   void build() {
     // Values and their storage as lowered; vbuf i is root i.
     for (const auto& r : l_.roots) {
@@ -50,6 +57,7 @@ class Builder {
         if (p_.devs[p_.vbufs[i].dev].plugin->api()->synchronize) src.pinned = true;
       }
     assign_cells();
+    if (plan_only_) return;
     allocate();
     for (auto& [v, t] : l_.constants) {
       const Value& val = p_.values[v];
@@ -391,6 +399,7 @@ class Builder {
   Plan::Impl& p_;
   const Lowered& l_;
   uint64_t budget_;
+  bool plan_only_ = false;
   std::map<std::pair<int, int>, int> moved_;  // (value, device) -> transferred value
 };
 
@@ -540,6 +549,23 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
     p.step_device_seconds.assign(p.steps.size(), -1.0);
     p.stats.placement_seconds = std::chrono::duration<double>(t1 - t0).count();
     p.stats.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    for (const auto& cell : p.cells) p.stats.buffer_bytes[cell->owner->name()] += cell->size;
+    if (options.memory_baseline) {
+      // The graph as written, lowered, placed and given buffers the same
+      // way, but nothing allocated: what optimizing saved per device.
+      const auto b0 = std::chrono::steady_clock::now();
+      if (options.optimize) {
+        Lowered l0 = detail::lower(*this, graph, devices, options.keep, nullptr, options.vendor_kernels);
+        detail::place(l0);
+        Plan::Impl dry;
+        dry.runtime = impl_;
+        Builder(dry, l0, 0).plan_only();
+        for (const auto& cell : dry.cells) p.stats.unoptimized_buffer_bytes[cell->owner->name()] += cell->size;
+      } else {
+        p.stats.unoptimized_buffer_bytes = p.stats.buffer_bytes;
+      }
+      p.stats.baseline_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
+    }
     for (auto& d : p.devs) d.ctx.host = &impl_->host;
     if (options.prepare) p.prepare();
     return plan;

@@ -57,11 +57,12 @@ def load_graph(path):
     return _load_graph(str(path))
 
 
-def compile(graph, device="auto", keep=(), profile=False, optimize=True):  # noqa: A001 (the core's name)
+def compile(graph, device="auto", keep=(), profile=False, optimize=True, memory_baseline=False):  # noqa: A001
     """Compiles `graph` for a device or an ordered list ("vulkan0,cpu").
     optimize=False runs the graph node for node (no fused vendor ops
-    substituted; see plan.explain())."""
-    return runtime().compile(graph, device, list(keep), profile, True, optimize)
+    substituted; see plan.explain()). memory_baseline=True also sizes the
+    unoptimized graph's buffers (plan.compile_stats())."""
+    return runtime().compile(graph, device, list(keep), profile, True, optimize, memory_baseline)
 
 
 def upload(array, device="auto", dtype=None):

@@ -485,6 +485,17 @@ PYBIND11_MODULE(_backplane, m) {
         py::gil_scoped_release nogil;
         p.plan.execute();
       })
+      .def("compile_stats", [](const PyPlan& p) {
+        const auto s = p.plan.compile_stats();
+        py::dict d;
+        d["placement_seconds"] = s.placement_seconds;
+        d["build_seconds"] = s.build_seconds;
+        d["buffer_bytes"] = s.buffer_bytes;
+        d["unoptimized_buffer_bytes"] = s.unoptimized_buffer_bytes;
+        d["baseline_seconds"] = s.baseline_seconds;
+        return d;
+      }, "compile times, and the plan's device buffer bytes per device (with the unoptimized graph's when "
+         "compiled with memory_baseline=True)")
       .def("output", [](const PyPlan& p, const std::string& name) { return read_output(p.plan, name); })
       .def("outputs", [](const PyPlan& p) { return outputs(p.plan, p.outs); })
       .def("output_tensor", [](const PyPlan& p, const std::string& name) { return p.plan.output_tensor(name); })
@@ -557,12 +568,13 @@ PYBIND11_MODULE(_backplane, m) {
       }, py::arg("load") = true)
       .def("device", &Runtime::device, py::return_value_policy::reference_internal)
       .def("compile", [](std::shared_ptr<Runtime> rt, const Graph& g, const std::string& device,
-                         std::vector<std::string> keep, bool profile, bool prepare, bool optimize) {
+                         std::vector<std::string> keep, bool profile, bool prepare, bool optimize, bool memory_baseline) {
         CompileOptions o;
         o.keep = std::move(keep);
         o.profile = profile;
         o.prepare = prepare;
         o.optimize = optimize;
+        o.memory_baseline = memory_baseline;
         PyPlan p;
         {
           py::gil_scoped_release nogil;
@@ -574,7 +586,8 @@ PYBIND11_MODULE(_backplane, m) {
           if (!i.constant) p.ins.push_back(i.name);
         return p;
       }, py::arg("graph"), py::arg("device") = "auto", py::arg("keep") = std::vector<std::string>{},
-          py::arg("profile") = false, py::arg("prepare") = true, py::arg("optimize") = true)
+          py::arg("profile") = false, py::arg("prepare") = true, py::arg("optimize") = true,
+          py::arg("memory_baseline") = false)
       .def("upload", [](Runtime& rt, py::object value, const std::string& device, py::object dtype) {
         py::array a = py::array::ensure(value, py::array::c_style);
         if (!a) throw Error("upload: expected a NumPy array");

@@ -430,6 +430,23 @@ def test_optimize_fuses_conv_relu_and_can_be_turned_off(rt):
         np.testing.assert_allclose(plan(x=x)["y"], want, rtol=1e-4, atol=1e-5)
 
 
+def test_compile_stats_gives_buffer_bytes_with_and_without_optimizing(rt):
+    # conv -> relu fused: the relu's 4x64x64 f32 output (64 KiB) is no
+    # buffer of its own any more; as written, the conv's output and the
+    # relu's live at once. Asked for nothing, there is no baseline.
+    g = backplane.Graph()
+    g.input("x", "f32", [1, 4, 64, 64])
+    g.constant("w", np.full((4, 4, 3, 3), 0.1, np.float32))
+    g.constant("b", np.zeros(4, np.float32))
+    g.node("c", "conv2d", ["x", "w", "b"], {"padding": 1})
+    g.node("y", "relu", ["c"])
+    g.output("y")
+    s = rt.compile(g, "cpu", memory_baseline=True).compile_stats()
+    assert set(s["buffer_bytes"]) == {"cpu"}
+    assert s["unoptimized_buffer_bytes"]["cpu"] >= s["buffer_bytes"]["cpu"] + 4 * 64 * 64 * 4
+    assert rt.compile(g, "cpu").compile_stats()["unoptimized_buffer_bytes"] == {}
+
+
 def test_big_endian_arrays_go_in_as_their_values():
     # '>f4' bytes were once read as they were: byte-swapped values.
     x = np.array([1.5, -2.0, 3.25, 1e-3] * 8192, dtype=">f4")  # 128 KiB: past the in-place threshold too

@@ -459,6 +459,11 @@ struct CompileOptions {
   // (the conformance suite's reference; a way to compare a fused kernel with
   // what it stands for).
   bool vendor_kernels = true;
+  // Also lower and place the graph unoptimized, sizing its buffers without
+  // allocating them, so that Plan::compile_stats() gives both figures per
+  // device (costs a second lowering; `backplane bench --model` and
+  // `run --explain` ask for it).
+  bool memory_baseline = false;
 };
 
 class Runtime {
@@ -655,6 +660,15 @@ class Plan {
   struct CompileStats {
     double placement_seconds = 0;
     double build_seconds = 0;
+    // Bytes of device buffers the plan holds, per device name: weights,
+    // inputs, outputs and intermediates after reuse by liveness (buffers
+    // live as long as the plan, so this is its peak). Fused and
+    // channels-last nodes count as the single steps they are.
+    std::map<std::string, uint64_t> buffer_bytes;
+    // The same for the graph as written (no optimization), when
+    // CompileOptions::memory_baseline asked for it; else empty.
+    std::map<std::string, uint64_t> unoptimized_buffer_bytes;
+    double baseline_seconds = 0;  // what that baseline cost the compile
   };
   CompileStats compile_stats() const;
   // The devices the plan uses (runs a step on, or keeps a value on), in the
