@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 
 using namespace backplane;
 using Catch::Matchers::Contains;
@@ -30,6 +31,25 @@ HostTensor random_tensor(Shape shape, uint32_t seed, double lo = -1, double hi =
   std::uniform_real_distribution<double> u(lo, hi);
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, static_cast<float>(u(rng)));
   return t;
+}
+
+// Runs g and its reference ref, both unoptimized, on one input and
+// compares output "y": NaN exactly where the reference has NaN, every other
+// value within tol (0: bit for bit). Returns {reference NaNs, mismatches}.
+std::pair<int64_t, int64_t> compare_unoptimized(Runtime& rt, Device& dev, const Graph& g, const Graph& ref,
+                                                const std::string& input, const HostTensor& x, double tol) {
+  CompileOptions plain;
+  plain.optimize = false;  // the reference stays the standard ops it is written in
+  const HostTensor got = rt.compile(g, dev, plain).run({{input, x}}).at("y");
+  const HostTensor want = rt.compile(ref, dev, plain).run({{input, x}}).at("y");
+  REQUIRE(got.shape == want.shape);
+  int64_t nans = 0, bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double a = got.get(i), e = want.get(i);
+    nans += std::isnan(e);
+    bad += std::isnan(e) ? !std::isnan(a) : !(std::fabs(a - e) <= tol);
+  }
+  return {nans, bad};
 }
 
 struct ConvCase {
@@ -349,17 +369,7 @@ TEST_CASE("cpu.max_pool2d_nhwc on channels-last data: every channel block, NaN, 
     ref.node("p", "max_pool2d", {"x"}, params);
     ref.node("y", "permute", {"p"}, {{"dims", {0, 2, 3, 1}}});
     ref.output("y");
-    CompileOptions plain;
-    plain.optimize = false;  // the reference stays max_pool2d
-    const HostTensor got = rt->compile(g, cpu, plain).run({{"xl", xl}}).at("y");
-    const HostTensor want = rt->compile(ref, cpu, plain).run({{"xl", xl}}).at("y");
-    REQUIRE(got.shape == want.shape);
-    int64_t nans = 0, bad = 0;
-    for (int64_t i = 0; i < got.numel(); ++i) {
-      const double a = got.get(i), b = want.get(i);
-      nans += std::isnan(b);
-      bad += std::isnan(b) ? !std::isnan(a) : !(a == b);
-    }
+    const auto [nans, bad] = compare_unoptimized(*rt, cpu, g, ref, "xl", xl, 0.0);
     CHECK(bad == 0);
     CHECK(nans >= 6);  // each NaN reached at least one output
   }
@@ -415,18 +425,8 @@ TEST_CASE("cpu stem kernel (3 input channels, channels-last out) against conv2d:
     if (std::string(k.act) == "clamp") ref.node(last = "a", "clamp", {"c"}, {{"min", -0.25}, {"max", 0.5}});
     ref.node("y", "permute", {last}, {{"dims", {0, 2, 3, 1}}});
     ref.output("y");
-    CompileOptions plain;
-    plain.optimize = false;
-    const HostTensor got = rt->compile(g, cpu, plain).run({{"x", x}}).at("y");
-    const HostTensor want = rt->compile(ref, cpu, plain).run({{"x", x}}).at("y");
-    REQUIRE(got.shape == want.shape);
-    int64_t nans = 0, bad = 0;
-    for (int64_t i = 0; i < got.numel(); ++i) {
-      const double a = got.get(i), e = want.get(i);
-      nans += std::isnan(e);
-      // docs/ops.md's f32 reduction bound: at most 36 terms of magnitude <= 0.5.
-      bad += std::isnan(e) ? !std::isnan(a) : !(std::fabs(a - e) <= 1e-5);
-    }
+    // docs/ops.md's f32 reduction bound: at most 36 terms of magnitude <= 0.5.
+    const auto [nans, bad] = compare_unoptimized(*rt, cpu, g, ref, "x", x, 1e-5);
     CHECK(bad == 0);
     CHECK(nans > 0);
   }
