@@ -266,25 +266,36 @@ typedef float pool_v8f __attribute__((vector_size(32)));
 typedef int32_t pool_v8i __attribute__((vector_size(32)));
 typedef float pool_v16f __attribute__((vector_size(64)));
 typedef int32_t pool_v16i __attribute__((vector_size(64)));
-// One vector of channels [ch, ch + lanes) of one output pixel.
-template <class V, class VI> [[gnu::always_inline]] inline void max_pool_nhwc_block(const float* x, const int64_t* rows,
-                                                                                    int64_t nrows, const int64_t* cols,
-                                                                                    int64_t ncols, int64_t ch, float* out) {
-  V a = V{} - std::numeric_limits<float>::infinity();
-  VI b{};
+// NV vectors of channels [ch, ch + NV * lanes) of one output pixel (V may
+// be float: one channel); NV independent chains of max.
+template <class V, class VI, int NV>
+[[gnu::always_inline]] inline void max_pool_nhwc_block(const float* x, const int64_t* rows, int64_t nrows,
+                                                       const int64_t* cols, int64_t ncols, int64_t ch, float* out) {
+  constexpr int64_t L = sizeof(V) / sizeof(float);
+  V a[NV];
+  VI b[NV];
+#pragma GCC unroll 4
+  for (int k = 0; k < NV; ++k) a[k] = V{} - std::numeric_limits<float>::infinity(), b[k] = VI{};
   for (int64_t r = 0; r < nrows; ++r)
     for (int64_t q = 0; q < ncols; ++q) {
-      V v;
-      std::memcpy(&v, x + rows[r] + cols[q] + ch, sizeof v);
-      b |= v != v;
-      a = v > a ? v : a;
+      const float* p = x + rows[r] + cols[q] + ch;
+#pragma GCC unroll 4
+      for (int k = 0; k < NV; ++k) {
+        V v;
+        std::memcpy(&v, p + k * L, sizeof v);
+        b[k] |= v != v;
+        a[k] = v > a[k] ? v : a[k];
+      }
     }
-  a = b != 0 ? V{} + std::numeric_limits<float>::quiet_NaN() : a;
-  std::memcpy(out + ch, &a, sizeof a);
+#pragma GCC unroll 4
+  for (int k = 0; k < NV; ++k) {
+    const V r = b[k] != 0 ? V{} + std::numeric_limits<float>::quiet_NaN() : a[k];
+    std::memcpy(out + ch + k * L, &r, sizeof r);
+  }
 }
 template <class V, class VI, class V8, class VI8>
-[[gnu::always_inline]] inline void max_pool_nhwc_row_vec(const PoolNhwcGeom& g, const float* x,
-                                                                                      int64_t n, int64_t oh, float* y) {
+[[gnu::always_inline]] inline void max_pool_nhwc_row_vec(const PoolNhwcGeom& g, const float* x, int64_t n, int64_t oh,
+                                                         float* y) {
   constexpr int64_t L = sizeof(V) / sizeof(float);
   const int64_t C = g.C;
   int64_t rows[16], nrows = 0;  // valid input rows of the window (kh <= 16 here)
@@ -292,8 +303,6 @@ template <class V, class VI, class V8, class VI8>
     const int64_t ih = oh * g.sh - g.pt + i * g.dh;
     if (ih >= 0 && ih < g.H) rows[nrows++] = n * g.xs0 + ih * g.xs2;
   }
-  const V ninf = V{} - std::numeric_limits<float>::infinity();
-  const V qnan = V{} + std::numeric_limits<float>::quiet_NaN();
   for (int64_t ow = 0; ow < g.OW; ++ow) {
     int64_t cols[16], ncols = 0;
     for (int64_t j = 0; j < g.kw; ++j) {
@@ -302,40 +311,11 @@ template <class V, class VI, class V8, class VI8>
     }
     float* out = y + ow * C;
     int64_t ch = 0;
-    for (; ch + 4 * L <= C; ch += 4 * L) {
-      V a0 = ninf, a1 = ninf, a2 = ninf, a3 = ninf;
-      VI b0{}, b1{}, b2{}, b3{};
-      for (int64_t r = 0; r < nrows; ++r)
-        for (int64_t q = 0; q < ncols; ++q) {
-          const float* v = x + rows[r] + cols[q] + ch;
-          V v0, v1, v2, v3;
-          std::memcpy(&v0, v, sizeof v0);
-          std::memcpy(&v1, v + L, sizeof v1);
-          std::memcpy(&v2, v + 2 * L, sizeof v2);
-          std::memcpy(&v3, v + 3 * L, sizeof v3);
-          b0 |= v0 != v0, b1 |= v1 != v1, b2 |= v2 != v2, b3 |= v3 != v3;
-          a0 = v0 > a0 ? v0 : a0, a1 = v1 > a1 ? v1 : a1, a2 = v2 > a2 ? v2 : a2, a3 = v3 > a3 ? v3 : a3;
-        }
-      a0 = b0 != 0 ? qnan : a0, a1 = b1 != 0 ? qnan : a1, a2 = b2 != 0 ? qnan : a2, a3 = b3 != 0 ? qnan : a3;
-      std::memcpy(out + ch, &a0, sizeof a0);
-      std::memcpy(out + ch + L, &a1, sizeof a1);
-      std::memcpy(out + ch + 2 * L, &a2, sizeof a2);
-      std::memcpy(out + ch + 3 * L, &a3, sizeof a3);
-    }
-    for (; ch + L <= C; ch += L) max_pool_nhwc_block<V, VI>(x, rows, nrows, cols, ncols, ch, out);
+    for (; ch + 4 * L <= C; ch += 4 * L) max_pool_nhwc_block<V, VI, 4>(x, rows, nrows, cols, ncols, ch, out);
+    for (; ch + L <= C; ch += L) max_pool_nhwc_block<V, VI, 1>(x, rows, nrows, cols, ncols, ch, out);
     if constexpr (L == 16)  // 24 channels (ShuffleNet's stem): one 16, one 8
-      for (; ch + 8 <= C; ch += 8) max_pool_nhwc_block<V8, VI8>(x, rows, nrows, cols, ncols, ch, out);
-    for (; ch < C; ++ch) {
-      float a = -std::numeric_limits<float>::infinity();
-      bool b = false;
-      for (int64_t r = 0; r < nrows; ++r)
-        for (int64_t q = 0; q < ncols; ++q) {
-          const float e = x[rows[r] + cols[q] + ch];
-          b |= e != e;
-          a = e > a ? e : a;
-        }
-      out[ch] = b ? std::numeric_limits<float>::quiet_NaN() : a;
-    }
+      for (; ch + 8 <= C; ch += 8) max_pool_nhwc_block<V8, VI8, 1>(x, rows, nrows, cols, ncols, ch, out);
+    for (; ch < C; ++ch) max_pool_nhwc_block<float, int32_t, 1>(x, rows, nrows, cols, ncols, ch, out);
   }
 }
 using PoolNhwcRowFn = void (*)(const PoolNhwcGeom&, const float*, int64_t, int64_t, float*, int32_t*);
