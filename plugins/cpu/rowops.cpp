@@ -23,12 +23,16 @@ bool enabled() {
 
 #if defined(__x86_64__)
 #define BP_AVX2 __attribute__((target("avx2,fma")))
+#define BP_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma")))
 
 namespace {
 
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef double v4d __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef double v8d __attribute__((vector_size(64)));
 
 template <class V, class P> BP_AVX2 [[gnu::always_inline]] inline V load(const P* p) {
   V v;
@@ -170,10 +174,6 @@ BP_AVX2 double exp_sum_avx2(const float* x, float m, float* y, int64_t n) {
 
 // AVX-512: the same exp polynomial 16 lanes at a time (softmax's exp pass
 // was its costliest: ~2x the row's memory time at 8 lanes).
-#define BP_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma")))
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef double v8d __attribute__((vector_size(64)));
 
 BP_AVX512 double exp_sum_avx512(const float* x, float m, float* y, int64_t n) {
   v8d a0{}, a1{};
@@ -225,7 +225,6 @@ BP_AVX512 void scale_avx512(float* y, float s, int64_t n) {
   for (; i + 16 <= n; i += 16) store(y + i, load<v16f>(y + i) * s);
   for (; i < n; ++i) y[i] *= s;
 }
-#undef BP_AVX512
 }  // namespace
 
 float max(const float* x, int64_t n, bool* nan) {
@@ -317,9 +316,6 @@ template <class V, class VI> BP_AVX2 [[gnu::always_inline]] inline V gelu_erf_la
   return 0.5f * x * (x < 0.0f ? e : 2.0f - e);
 }
 
-#define BP_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma")))
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
 // Two vectors per pass: the polynomial is one chain of dependent FMAs, and
 // two chains keep both FMA ports busy.
 BP_AVX512 void gelu_erf_avx512(const float* x, float* y, int64_t n) {
@@ -338,7 +334,6 @@ BP_AVX512 void gelu_erf_avx512(const float* x, float* y, int64_t n) {
     std::memcpy(y + i, out, static_cast<size_t>(n - i) * sizeof(float));
   }
 }
-#undef BP_AVX512
 
 }  // namespace
 
@@ -360,6 +355,7 @@ BP_AVX2 void gelu_erf(const float* x, float* y, int64_t n) {
 void fence() { __builtin_ia32_sfence(); }
 
 #undef BP_AVX2
+#undef BP_AVX512
 
 #else  // not x86-64: enabled() is false and nothing below is called.
 
