@@ -30,9 +30,9 @@ import json
 import os
 import statistics
 import subprocess
-import time
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

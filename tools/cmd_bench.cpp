@@ -361,17 +361,16 @@ int bench_model(const std::string& path, Args& args, const std::string& device_n
   plan.run(m.file.inputs);
   const auto t2 = clock::now();
   const double run_s = bench::median_seconds([&] { plan.run(m.file.inputs); }, std::max(min_time, 2.0));
+  const Plan::CompileStats stats = plan.compile_stats();
   // Without the unoptimized baseline's lowering (memory figures only).
-  const double compile_ms =
-      std::chrono::duration<double, std::milli>(t1 - t0).count() - plan.compile_stats().baseline_seconds * 1e3;
+  const double compile_ms = std::chrono::duration<double, std::milli>(t1 - t0).count() - stats.baseline_seconds * 1e3;
   const double first_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
   std::string used;
   for (const auto& d : plan.devices()) used += (used.empty() ? "" : ",") + d;
   if (json) {
     Json j{{"model", path}, {"device", used}, {"threads", rt->num_threads()}, {"import_ms", m.import_ms},
            {"compile_ms", compile_ms}, {"first_run_ms", first_ms}, {"median_run_ms", run_s * 1e3},
-           {"buffer_bytes", plan.compile_stats().buffer_bytes},
-           {"unoptimized_buffer_bytes", plan.compile_stats().unoptimized_buffer_bytes}};
+           {"buffer_bytes", stats.buffer_bytes}, {"unoptimized_buffer_bytes", stats.unoptimized_buffer_bytes}};
     if (profile) j["profile"] = plan.profile_json();
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -379,7 +378,7 @@ int bench_model(const std::string& path, Args& args, const std::string& device_n
   for (const auto& note : m.notes) std::printf("note: %s\n", note.c_str());
   std::printf("%s on %s, %u threads: import %.1f ms, compile %.1f ms, first run %.2f ms, median run %.3f ms\n",
               path.c_str(), used.c_str(), rt->num_threads(), m.import_ms, compile_ms, first_ms, run_s * 1e3);
-  std::printf("%s\n", buffers_line(plan.compile_stats()).c_str());
+  std::printf("%s\n", buffers_line(stats).c_str());
   if (profile) std::printf("profile (the last warm run):\n%s", plan.profile_table().c_str());
   return 0;
 }
