@@ -1,5 +1,6 @@
 // A network's first convolution into channels-last output (cpu.conv2d*_nhwc
-// with at most four input channels: an RGB image's 3x3 or 7x7 stem). oneDNN's
+// with at most four input channels and a window of at most 3x3: an RGB
+// image's first layer in MobileNet, ShuffleNet, SqueezeNet). oneDNN's
 // brgconv blocks over input channels, and three of them leave its tiles
 // mostly empty (MobileNetV2's 3->32 3x3/2 on 224x224: 145 us on 2 threads).
 // Here each output pixel's channels are a few vectors of accumulators, and
@@ -168,8 +169,9 @@ template <int OV> RowsFn pick() {
 }  // namespace
 
 bool stem_nhwc(const Call& c, const onednn::ConvGeom& g) {
-  // 3x3 and smaller windows only: ResNet's 7x7 stem (3 -> 64) is faster in
-  // oneDNN (644 against ~750 us on 2 threads).
+  // 3x3 and smaller windows only: on ResNet's 7x7 stem (3 -> 64) this
+  // kernel is no faster than oneDNN (in ResNet-18 on 2 threads, alternating:
+  // 630-790 against 620-750 us).
   if (g.G != 1 || g.C > 4 || g.O > 64 || g.res.data != nullptr || g.kH * g.kW > 9) return false;
   const bp_layout& lx = c.in_layout(0);
   const bp_layout& lw = c.in_layout(1);
