@@ -1,5 +1,5 @@
 // Cases for linear algebra, convolution and indexing: matmul, conv2d,
-// max_pool2d, avg_pool2d, gather, index_select, concat.
+// max_pool2d, avg_pool2d, gather, index_select, concat, slice_update.
 #include "conformance/cases.hpp"
 
 namespace backplane::conformance {
@@ -244,6 +244,37 @@ void concat_cases(CaseContext& ctx) {
   }
 }
 
+// start is drawn inside its range, so both edges (0 and size - len) come up
+// over the cases; an update as long as x replaces it whole.
+void slice_update_cases(CaseContext& ctx) {
+  const KernelSpec& k = ctx.kernel;
+  require(k.declared_inputs() == 3 && k.in(0) == k.out() && k.in(1) == k.out() && k.in(2) == BP_DTYPE_I64, k,
+          "slice_update takes x, an update like x and an i64 start, and returns like x");
+  const bp_dtype d = k.out();
+  struct SU {
+    Shape x, update, start;
+    int64_t dim;
+  };
+  std::vector<SU> list = {
+      {{16, 8}, {1, 8}, {1}, 0},       {{16, 8}, {3, 8}, {}, 0},         {{16, 8}, {16, 3}, {1}, 1},
+      {{16, 8}, {16, 8}, {1}, -1},     {{2, 9, 4}, {2, 2, 4}, {1}, 1},   {{2, 9, 4}, {2, 0, 4}, {}, 1},
+      {{7}, {7}, {1}, 0},              {{1, 4, 12, 2}, {1, 4, 5, 2}, {1, 1}, 2},
+      {{2, 1, 2, 1, 2, 1, 2, 7}, {2, 1, 2, 1, 2, 1, 2, 2}, {1}, 7},
+  };
+  if (ctx.large) list.push_back({{512, 256}, {1, 256}, {1}, 0});
+  for (const auto& g : list) {
+    const size_t dim = static_cast<size_t>(g.dim < 0 ? g.dim + static_cast<int64_t>(g.x.size()) : g.dim);
+    OpSpec s;
+    s.op = "slice_update";
+    s.params = {{"dim", g.dim}};
+    s.tol = TolClass::Exact;
+    s.inputs = {{"x", d, g.x, move_fill(d)},
+                {"update", d, g.update, move_fill(d)},
+                {"start", BP_DTYPE_I64, g.start, fill_ints(0, g.x[dim] - g.update[dim])}};
+    ctx.add(s);
+  }
+}
+
 }  // namespace
 
 void register_linalg_cases() {
@@ -254,6 +285,7 @@ void register_linalg_cases() {
   register_op_cases("gather", gather_cases);
   register_op_cases("index_select", index_select_cases);
   register_op_cases("concat", concat_cases);
+  register_op_cases("slice_update", slice_update_cases);
 }
 
 }  // namespace backplane::conformance

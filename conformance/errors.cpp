@@ -69,7 +69,7 @@ bp_dtype float_of(const KernelInfo* k) { return k && is_float(k->dtypes.back()) 
 void unknown_param_case(std::vector<ErrorCase>& out, const KernelInfo& k) {
   static const std::map<std::string, Json> required = {
       {"argmax", {{"dim", 0}}},   {"argmin", {{"dim", 0}}},  {"softmax", {{"dim", 0}}},  {"log_softmax", {{"dim", 0}}},
-      {"cumsum", {{"dim", 0}}},   {"gather", {{"dim", 0}}},  {"index_select", {{"dim", 0}}}, {"concat", {{"dim", 0}}},
+      {"cumsum", {{"dim", 0}}},   {"gather", {{"dim", 0}}},  {"index_select", {{"dim", 0}}}, {"concat", {{"dim", 0}}}, {"slice_update", {{"dim", 0}}},
       {"layer_norm", {{"dims", {-1}}}}, {"topk", {{"k", 1}}}, {"cast", {{"dtype", "f32"}}}};
   const std::string& op = k.op;
   if (op == "matmul" || op == "conv2d" || op == "selective_scan" || op == "max_pool2d" || op == "avg_pool2d")
@@ -249,6 +249,32 @@ std::vector<ErrorCase> error_cases_for(const std::vector<KernelInfo>& ks) {
     e.recover_inputs = {{"x", e.inputs["x"]}, {"index", tensor(BP_DTYPE_I64, {3}, {0, -1, 1})}};
     e.recover_expected = reference("index_select", {&e.recover_inputs["x"], &e.recover_inputs["index"]}, {{"dim", 1}})[0];
     out.push_back(std::move(e));
+  }
+  // A start one row past the room left (the off-by-one a cache append makes
+  // at max_seq), then -1: both refused, naming the op; then a start at the
+  // last row that fits.
+  if (auto k = pick(ks, "slice_update", [](const KernelInfo& k) { return k.dtypes.size() == 4; })) {
+    const bp_dtype d = k->dtypes.back();
+    for (double bad_start : {3.0, -1.0}) {
+      ErrorCase e;
+      e.op = "slice_update";
+      e.dtype_key = dtype_key(k->dtypes, k->variadic);
+      e.label = "start " + std::to_string(static_cast<int>(bad_start)) + " out of range";
+      e.graph.input("x", d, {4, 3});
+      e.graph.input("update", d, {2, 3});
+      e.graph.input("start", BP_DTYPE_I64, {1});
+      e.graph.node("y", "slice_update", {"x", "update", "start"}, {{"dim", 0}});
+      e.graph.output("y");
+      e.inputs = {{"x", tensor(d, {4, 3}, {1, 2, 3})},
+                  {"update", tensor(d, {2, 3}, {0, 1})},
+                  {"start", tensor(BP_DTYPE_I64, {1}, {bad_start})}};
+      e.mention = {"slice_update"};
+      e.recover_inputs = {{"x", e.inputs["x"]}, {"update", e.inputs["update"]}, {"start", tensor(BP_DTYPE_I64, {1}, {2})}};
+      e.recover_expected = reference(
+          "slice_update", {&e.recover_inputs["x"], &e.recover_inputs["update"], &e.recover_inputs["start"]},
+          {{"dim", 0}})[0];
+      out.push_back(std::move(e));
+    }
   }
   if (auto k = pick(ks, "div", [](const KernelInfo& k) { return is_int(k.dtypes.back()); })) {
     const bp_dtype d = k->dtypes.back();

@@ -208,6 +208,7 @@ std::vector<RefTensor> reference(const std::string& op, const std::vector<const 
   if (op == "gather") return ref_gather(need(op, in, 0), need(op, in, 1), p);
   if (op == "index_select") return ref_index_select(need(op, in, 0), need(op, in, 1), p);
   if (op == "concat") return ref_concat(in, p);
+  if (op == "slice_update") return ref_slice_update(need(op, in, 0), need(op, in, 1), need(op, in, 2), p);
   if (op == "topk") return ref_topk(need(op, in, 0), p);
   if (op == "var_mean") return ref_var_mean(need(op, in, 0), p);
   if (op == "selective_scan") return ref_selective_scan(in, p);
@@ -221,7 +222,7 @@ const std::vector<std::string>& reference_ops() {
       "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge", "where", "cast", "reshape", "permute",
       "transpose", "broadcast_to", "slice", "squeeze", "unsqueeze", "contiguous", "sum", "mean", "prod", "max", "min",
       "argmax", "argmin", "softmax", "log_softmax", "cumsum", "layer_norm", "matmul", "conv2d", "max_pool2d", "avg_pool2d", "gather",
-      "index_select", "concat", "topk", "var_mean", "selective_scan"};
+      "index_select", "concat", "slice_update", "topk", "var_mean", "selective_scan"};
   return ops;
 }
 

@@ -180,6 +180,8 @@ std::vector<RefTensor> ref_pool2d(const std::string& op, const HostTensor& x, co
 std::vector<RefTensor> ref_gather(const HostTensor& x, const HostTensor& index, const Json& p);
 std::vector<RefTensor> ref_index_select(const HostTensor& x, const HostTensor& index, const Json& p);
 std::vector<RefTensor> ref_concat(const std::vector<const HostTensor*>& in, const Json& p);
+std::vector<RefTensor> ref_slice_update(const HostTensor& x, const HostTensor& update, const HostTensor& start,
+                                        const Json& p);
 std::vector<RefTensor> ref_topk(const HostTensor& x, const Json& p);
 std::vector<RefTensor> ref_selective_scan(const std::vector<const HostTensor*>& in, const Json& p);
 

@@ -1,4 +1,4 @@
-// The f64 reference: matmul, conv2d, pooling, gather/index_select/concat, topk,
+// The f64 reference: matmul, conv2d, pooling, gather/index_select/concat/slice_update, topk,
 // selective_scan.
 #include "conformance/reference_impl.hpp"
 
@@ -219,6 +219,30 @@ std::vector<RefTensor> ref_concat(const std::vector<const HostTensor*>& in, cons
       ++k;
     }
     copy_elem(out, m.flat(), *in[k], flat_of(xi, in[k]->shape));
+  }
+  return {out};
+}
+
+std::vector<RefTensor> ref_slice_update(const HostTensor& x, const HostTensor& update, const HostTensor& start,
+                                        const Json& p) {
+  const int64_t dim = norm_dim("slice_update", require_int("slice_update", p, "dim"), rank_of(x));
+  const auto d = static_cast<size_t>(dim);
+  if (update.shape.size() != x.shape.size()) bad("slice_update", "ranks differ");
+  for (size_t j = 0; j < x.shape.size(); ++j)
+    if (j == d ? update.shape[j] > x.shape[j] : update.shape[j] != x.shape[j])
+      bad("slice_update", "update does not fit x");
+  if (start.numel() != 1) bad("slice_update", "start must hold one element");
+  const int64_t at = load_i64(start, 0);
+  if (at < 0 || at > x.shape[d] - update.shape[d]) bad("slice_update", "start out of range");
+  RefTensor out(x.dtype, x.shape);
+  for (MultiIndex m(x.shape); m; ++m) {
+    std::vector<int64_t> i = m.idx();
+    if (i[d] >= at && i[d] < at + update.shape[d]) {
+      i[d] -= at;
+      copy_elem(out, m.flat(), update, flat_of(i, update.shape));
+    } else {
+      copy_elem(out, m.flat(), x, m.flat());
+    }
   }
   return {out};
 }

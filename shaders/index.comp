@@ -2,8 +2,12 @@
 #extension GL_GOOGLE_include_directive : require
 // gather and index_select as one gather: for output element with coordinates
 // r, x is read at  x_off + sum r_d*xs_d + idx[i_off + sum r_d*is_d] * x_dim_stride.
+// slice_update's write of its update is the same walk turned round (mode 1):
+// element r of x (the update) goes to  out_off + sum r_d*os_d + k * dim_stride,
+// k = idx[...] in [0, size] (size: the room left along the dim).
 // Argument block: [0] rank [1..8] shape [9..16] xs [17..24] is [25..32] out strides
-// [33] x offset [34] index offset [35] out offset [36] x dim stride [37] x dim size
+// [33] x offset [34] index offset [35] out offset [36] x (mode 1: out) dim stride
+// [37] x dim size (mode 1: the largest start) [38] mode
 // Indices are i64 read as int32 pairs; out-of-range raises ERR_INDEX.
 #include "common.glsl"
 
@@ -27,6 +31,15 @@ void main() {
     xo += r * A(9 + d);
     io += r * A(17 + d);
     oo += r * A(25 + d);
+  }
+  if (A(38) == 1) {
+    ivec2 v = idx.v[io];
+    if (v.y != 0 || v.x < 0 || v.x > A(37)) {
+      raise_error(ERR_INDEX);
+      return;
+    }
+    o.v[oo + v.x * A(36)] = x.v[xo];
+    return;
   }
   int k = norm_index(idx.v[io], A(37));
   if (k < 0) {

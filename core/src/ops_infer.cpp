@@ -487,4 +487,25 @@ void concat(const Args& a, InferredNode& r) {
   r.out.shape = out;
 }
 
+void slice_update(const Args& a, InferredNode& r) {
+  const auto& x = a.x(0);
+  const auto& u = a.x(1);
+  const auto& start = a.x(2);
+  const auto d = a.i("dim");
+  if (u.shape.size() != x.shape.size())
+    a.fail(a.label(1) + " has rank " + std::to_string(u.shape.size()) + ", " + a.label(0) + " " +
+           std::to_string(x.shape.size()));
+  for (size_t k = 0; k < x.shape.size(); ++k) {
+    const bool along = static_cast<int64_t>(k) == d;
+    if (along ? u.shape[k] > x.shape[k] : u.shape[k] != x.shape[k])
+      a.fail(a.label(1) + " has shape " + shape_str(u.shape) + ", which does not fit in " + a.label(0) + " " +
+             shape_str(x.shape) + " along dim " + std::to_string(d));
+  }
+  int64_t n = 1;
+  for (auto s : start.shape) n *= s;
+  if (n != 1) a.fail(a.label(2) + " must hold one element, it has shape " + shape_str(start.shape));
+  r.params.u.dim.dim = static_cast<int32_t>(d);
+  r.out.shape = x.shape;
+}
+
 }  // namespace backplane::detail::spec

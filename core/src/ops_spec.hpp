@@ -572,6 +572,7 @@ void pool2d(const Args& a, InferredNode& r);
 void gather(const Args& a, InferredNode& r);
 void index_select(const Args& a, InferredNode& r);
 void concat(const Args& a, InferredNode& r);
+void slice_update(const Args& a, InferredNode& r);
 
 // ---- the table (ops_table.cpp) ----------------------------------------------------------------
 

@@ -248,6 +248,13 @@ std::vector<OpSpec> build_table() {
   general("concat", kLinalg, "joins along dim; the other dims must agree",
           {input("x", kAll).repeats().at_least_rank(1)}, {param("dim", Kind::Dim)},
           {out("y", OutDtype::Like, "x0.shape with dim's sizes summed")}, BP_PARAMS_DIM, concat);
+  general("slice_update", kLinalg,
+          "x with the rows [start, start + update.shape[dim]) along dim replaced by update (a KV cache's "
+          "append); start is a one-element i64 tensor read at run time, 0 <= start <= x.shape[dim] - "
+          "update.shape[dim] (else an error for the run); in place, moving only update's bytes, when the "
+          "output is bound to the Tensor x is read from",
+          {input("x", kAll).at_least_rank(1), like("update", 0), input("start", kI64)},
+          {param("dim", Kind::Dim)}, {out("y", OutDtype::Like, "shape of x")}, BP_PARAMS_DIM, slice_update);
 
   // ---- multi-output ops: one bundled output, read through view / view_owned
   general(

@@ -1,4 +1,4 @@
-// Indexing kernels: gather, index_select, concat and topk.
+// Indexing kernels: gather, index_select, concat, slice_update and topk.
 //
 // gather/index_select/concat only move elements, so they are instantiated
 // per element size, not per dtype. Indices are i64; a negative index counts
@@ -116,6 +116,18 @@ template <bp_dtype D> struct IndexSelectK {
   }
 };
 
+// Copies the elements of layout `src` in `x` to layout `dst` in `y` (same shape).
+template <class E> void copy_layout(const Call& c, const E* x, const bp_layout& src, E* y, const bp_layout& dst) {
+  const sdk::StridedWalker<2> w(src.rank, src.shape, {&src, &dst});
+  pfor(c, w.numel(), kGrain, [&](int64_t b, int64_t e) {
+    w.run(b, e, [&](const int64_t* off, int64_t n, const int64_t* s) {
+      if (s[0] == 1 && s[1] == 1) std::memcpy(y + off[1], x + off[0], static_cast<size_t>(n) * sizeof(E));
+      else
+        for (int64_t i = 0; i < n; ++i) y[off[1] + i * s[1]] = x[off[0] + i * s[0]];
+    });
+  });
+}
+
 template <bp_dtype D> struct ConcatK {
   static void impl(const Call& c) {
     c.expect(0, BP_PARAMS_DIM);
@@ -142,16 +154,45 @@ template <bp_dtype D> struct ConcatK {
       for (uint32_t i = 0; i < lo.rank; ++i) dst.shape[i] = l.shape[i];
       dst.offset = at * lo.strides[dim];
       at += l.shape[dim];
-      const E* x = c.in_data<E>(k);
-      const sdk::StridedWalker<2> w(l.rank, l.shape, {&l, &dst});
-      pfor(c, w.numel(), kGrain, [&](int64_t b, int64_t e) {
-        w.run(b, e, [&](const int64_t* off, int64_t n, const int64_t* s) {
-          if (s[0] == 1 && s[1] == 1) std::memcpy(y + off[1], x + off[0], static_cast<size_t>(n) * sizeof(E));
-          else
-            for (int64_t i = 0; i < n; ++i) y[off[1] + i * s[1]] = x[off[0] + i * s[0]];
-        });
-      });
+      copy_layout(c, c.in_data<E>(k), l, y, dst);
     }
+  }
+};
+
+// y = x with update written at [start, start + len) along dim. When y is x
+// (the plan bound the output to the Tensor x is read from: a KV cache), x's
+// copy is skipped and only update's elements move.
+template <bp_dtype D> struct SliceUpdateK {
+  static void impl(const Call& c) {
+    c.expect(3, BP_PARAMS_DIM);
+    using E = bits_t<sizeof(st_t<D>)>;
+    const bp_layout& lx = c.in_layout(0);
+    const bp_layout& lu = c.in_layout(1);
+    const bp_layout& ls = c.in_layout(2);
+    const bp_layout& lo = c.out_layout();
+    const int dim = checked_dim(c, lx, c.params->u.dim.dim);
+    bool fits = lu.rank == lx.rank && lo.rank == lx.rank;
+    for (uint32_t i = 0; fits && i < lx.rank; ++i)
+      fits = lo.shape[i] == lx.shape[i] &&
+             (static_cast<int>(i) == dim ? lu.shape[i] <= lx.shape[i] : lu.shape[i] == lx.shape[i]);
+    BP_SDK_CHECK(fits, BP_ERR_INVALID_ARGUMENT,
+                 std::string(c.op) + ": update " + dims_str(lu) + " and output " + dims_str(lo) + " do not fit x " +
+                     dims_str(lx) + " along dim " + std::to_string(dim));
+    expect_numel(c, ls, 1, "start");
+    const int64_t start = c.in_data<int64_t>(2)[ls.offset];
+    const int64_t len = lu.shape[dim], size = lx.shape[dim];
+    if (start < 0 || start > size - len)
+      sdk::fail(BP_ERR_OUT_OF_RANGE, std::string(c.op) + ": start " + std::to_string(start) + " with " +
+                                         std::to_string(len) + " rows does not fit dim " + std::to_string(dim) +
+                                         " of size " + std::to_string(size));
+    const E* x = c.in_data<E>(0);
+    const E* u = c.in_data<E>(1);
+    E* y = c.out_data<E>();
+    if (!sdk::same_place(c.in[0], lx, *c.out, lo)) copy_layout(c, x, lx, y, lo);
+    bp_layout dst = lo;
+    dst.shape[dim] = len;
+    dst.offset = lo.offset + start * lo.strides[dim];
+    copy_layout(c, u, lu, y, dst);
   }
 };
 
@@ -260,6 +301,9 @@ void register_index(sdk::KernelTable& t) {
   add_rows<GatherK, BP_CPU_ALL_DTYPES>(t, "gather", kidx, {kStrided, kStrided});
   add_rows<IndexSelectK, BP_CPU_ALL_DTYPES>(t, "index_select", kidx, {kStrided, kStrided});
   add_rows<ConcatK, BP_CPU_ALL_DTYPES>(t, "concat", k11, {kStrided}, 0, BP_KERNEL_FLAG_VARIADIC);
+  add_rows<SliceUpdateK, BP_CPU_ALL_DTYPES>(
+      t, "slice_update", [](bp_dtype d) { return std::vector<bp_dtype>{d, d, BP_DTYPE_I64, d}; },
+      {kStrided, kStrided, kStrided});
   add_rows<TopkK, BP_CPU_FLOAT_DTYPES, BP_CPU_INT_DTYPES>(t, "topk", k11, {kStrided}, 2);
 }
 

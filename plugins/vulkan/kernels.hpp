@@ -93,6 +93,9 @@ Operand bind(Call& c, const bp_storage& s, const bp_layout& l, bp_dtype dt, bool
 Operand bind_dense(Call& c, const bp_storage& s, int64_t count, bp_dtype dt, bool write, uint64_t extra_bytes = 0);
 // A 4-byte dummy binding for absent optional inputs.
 Operand bind_dummy(Call& c);
+// Copies layout `il` of `in` into layout `ol` (same shape) of `out`, dtype d.
+void copy_strided(Call& c, const bp_storage& in, const bp_layout& il, const bp_storage& out, const bp_layout& ol,
+                  bp_dtype d);
 
 // The argument block of one dispatch (int32 words).
 struct Args {

@@ -228,12 +228,17 @@ void concat_impl(Call& c) {
     view.offset = ol.offset + at * ol.strides[dim];
     at += il.shape[dim];
     BP_SDK_CHECK(at <= ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs longer than the output");
-    elementwise_dispatch(c, copy_shader(d, d), {}, true, {{&c.in[k], &il, d}}, c.out[0], view, d, Args{});
+    copy_strided(c, c.in[k], il, c.out[0], view, d);
   }
   BP_SDK_CHECK(at == ol.shape[dim], BP_ERR_INVALID_ARGUMENT, "concat: inputs do not fill the output");
 }
 
 }  // namespace
+
+void copy_strided(Call& c, const bp_storage& in, const bp_layout& il, const bp_storage& out, const bp_layout& ol,
+                  bp_dtype d) {
+  elementwise_dispatch(c, copy_shader(d, d), {}, true, {{&in, &il, d}}, out, ol, d, Args{});
+}
 
 void register_eltwise(Registry& r) {
   const bp_dtype floats[] = {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64};

@@ -1,4 +1,4 @@
-// Indexing kernels: gather, index_select (one shader: shaders/index.comp) and
+// Indexing kernels: gather, index_select, slice_update (one shader: shaders/index.comp) and
 // topk (shaders/topk.comp). i64 indices travel as int32 pairs, so none of
 // these needs shaderInt64 unless the data itself is i64.
 #include "kernels.hpp"
@@ -10,14 +10,19 @@ namespace {
 constexpr int kWG = 256;
 
 // out element r reads x at  sum r_d*xs_d + idx[sum r_d*is_d] * x_dim_stride.
+// scatter (slice_update): the walk is over x's shape `ol` and out's strides
+// are `os`; element r goes to out at  sum r_d*os_d + idx[0] * x_dim_stride,
+// with idx[0] at most x_dim_size.
 void gather_dispatch(Call& c, const Operand& x, const Operand& idx, const Operand& o, const bp_layout& ol,
-                     const int64_t* xs, const int64_t* is, int64_t x_dim_stride, int64_t x_dim_size) {
+                     const int64_t* xs, const int64_t* is, int64_t x_dim_stride, int64_t x_dim_size,
+                     const int64_t* scatter_os = nullptr) {
   const int64_t n = numel(ol);
   if (n == 0) return;
   BP_SDK_CHECK(n < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, std::string(c.op()) + ": more than 2^31 elements");
-  const auto os = dense_strides(ol.rank, ol.shape);
-  const Coalesced co = coalesce(ol.rank, ol.shape, {xs, is, os.data()});
-  BP_SDK_CHECK(x_dim_size > 0, BP_ERR_OUT_OF_RANGE, std::string(c.op()) + ": index into an empty dim");
+  const auto dense = dense_strides(ol.rank, ol.shape);
+  const int64_t* os = scatter_os ? scatter_os : dense.data();
+  const Coalesced co = coalesce(ol.rank, ol.shape, {xs, is, os});
+  BP_SDK_CHECK(scatter_os || x_dim_size > 0, BP_ERR_OUT_OF_RANGE, std::string(c.op()) + ": index into an empty dim");
   Args a;
   a.i32(co.rank);
   for (int i = 0; i < BP_MAX_RANK; ++i) a.i32(i < co.rank ? co.shape[i] : 1);
@@ -28,6 +33,7 @@ void gather_dispatch(Call& c, const Operand& x, const Operand& idx, const Operan
   a.i32(o.offset);
   a.i32(x_dim_stride);
   a.i32(x_dim_size);
+  a.i32(scatter_os ? 1 : 0);
   const Pipeline& p = c.dev.pipelines.get(shader("index", c.row.dtypes[0]), {}, 3);
   const Binding b[] = {x.binding, idx.binding, o.binding};
   c.dev.exec.dispatch(c.stream, p, b, a.w, static_cast<uint32_t>(n), 0, ceil_div(n, kWG), c.op());
@@ -68,6 +74,29 @@ void index_select_impl(Call& c) {
     }
   }
   gather_dispatch(c, x, idx, o, ol, xs, is, xl.strides[dim], xl.shape[dim]);
+}
+
+// slice_update: x copied to the output (unless the output is x itself: an
+// in-place update), then update scattered at start along dim.
+void slice_update_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bp_layout &xl = c.lin(0), &ul = c.lin(1), &sl = c.lin(2), &ol = c.lout();
+  const int dim = c.params_of(BP_PARAMS_DIM).u.dim.dim;
+  bool fits = dim >= 0 && static_cast<uint32_t>(dim) < xl.rank && ul.rank == xl.rank && ol.rank == xl.rank &&
+              numel(sl) == 1;
+  for (uint32_t i = 0; fits && i < xl.rank; ++i)
+    fits = ol.shape[i] == xl.shape[i] &&
+           (static_cast<int>(i) == dim ? ul.shape[i] <= xl.shape[i] : ul.shape[i] == xl.shape[i]);
+  BP_SDK_CHECK(fits, BP_ERR_INVALID_ARGUMENT, "slice_update: shapes, ranks or dim do not match");
+  if (!sdk::same_place(c.in[0], xl, c.out[0], ol) && numel(ol) > 0)
+    copy_strided(c, c.in[0], xl, c.out[0], ol, d);
+  if (numel(ul) == 0) return;
+  Operand u = bind(c, c.in[1], ul, d, false);
+  Operand start = bind(c, c.in[2], sl, BP_DTYPE_I64, false);
+  Operand o = bind(c, c.out[0], ol, d, true);
+  const int64_t no_stride[BP_MAX_RANK] = {};
+  gather_dispatch(c, u, start, o, ul, ul.strides, no_stride, ol.strides[dim], xl.shape[dim] - ul.shape[dim],
+                  ol.strides);
 }
 
 void topk_impl(Call& c) {
@@ -146,6 +175,8 @@ void register_index(Registry& r) {
   // data dtype is only copied (raw 64-bit moves still need shaderInt64).
   for (bp_dtype d : all) r.add("gather", {d, BP_DTYPE_I64, d}, {S, S}, gather_impl, 0, 0, false, 0x2);
   for (bp_dtype d : all) r.add("index_select", {d, BP_DTYPE_I64, d}, {S, S}, index_select_impl, 0, 0, false, 0x2);
+  for (bp_dtype d : all)
+    r.add("slice_update", {d, d, BP_DTYPE_I64, d}, {S, S, S}, slice_update_impl, 0, 0, false, 0x4);
   for (bp_dtype d : numeric) r.add("topk", {d, d}, {S}, topk_impl, 0, 2);
 }
 

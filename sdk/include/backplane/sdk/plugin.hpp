@@ -115,6 +115,20 @@ inline int64_t numel(const bp_layout& l) {
   return n;
 }
 
+// Whether layout `b` of storage `sb` addresses exactly the elements layout
+// `a` of storage `sa` does, in the same order (the same buffer, offset and
+// strides; strides of size-1 dims do not matter). A kernel that updates part
+// of its input x (slice_update) skips copying x when the host made its
+// output x itself.
+inline bool same_place(const bp_storage& sa, const bp_layout& a, const bp_storage& sb, const bp_layout& b) {
+  if (sa.buffer_handle != sb.buffer_handle || sa.byte_offset != sb.byte_offset || sa.data != sb.data ||
+      a.rank != b.rank || a.offset != b.offset)
+    return false;
+  for (uint32_t i = 0; i < a.rank; ++i)
+    if (a.shape[i] != b.shape[i] || (a.shape[i] != 1 && a.strides[i] != b.strides[i])) return false;
+  return true;
+}
+
 // Whether every element `l` addresses, in elements of `elem_size` bytes
 // counted from `byte_offset`, lies inside [0, byte_size) bytes of a storage.
 // Overflow-safe: any shape or stride a host (or a hostile caller) passes.
