@@ -202,6 +202,14 @@ struct Plan::Impl {
   // Why the kernels cannot use Tensor `t` in place of cell slot `c` holding
   // value `v` (an input, or an output when `output`); "" when they can.
   std::string in_place_obstacle(const Value& v, int c, const Tensor& t, bool output) const;
+  // The index of the graph input that the slice_update writing cell `out_cell`
+  // updates (its x), when nothing else reads that input: the two may then be
+  // bound to one Tensor (a KV cache updated in place). -1 otherwise.
+  int updated_input(int out_cell) const;
+  // The graph input whose buffer is cell slot `c`, or -1.
+  int input_of_cell(int c) const;
+  // Whether step `s` is a slice_update whose output and x are one buffer now.
+  bool updates_in_place(const Step& st) const;
 
   ~Impl() {
     submitter.reset();  // its thread first: it may not outlive what runs use

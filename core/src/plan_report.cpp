@@ -18,7 +18,10 @@ std::vector<std::string> Plan::describe() const {
   }
   for (const auto& st : impl_->steps) {
     if (!st.transfer) {
-      out.push_back(st.what);
+      out.push_back(impl_->updates_in_place(st)
+                        ? st.what + ": in place (x is the output's buffer; moves " +
+                              bytes_str(impl_->values[st.inputs[1]].bytes()) + ")"
+                        : st.what);
       continue;
     }
     const std::string& to = impl_->devs[st.dev].device->name();

@@ -100,6 +100,41 @@ void Plan::Impl::set_input(const std::string& name, const HostTensor& t) {
   set_input(name, t.data(), want);
 }
 
+int Plan::Impl::input_of_cell(int c) const {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (vbufs[values[inputs[i].second].root].cell == c) return static_cast<int>(i);
+  return -1;
+}
+
+int Plan::Impl::updated_input(int out_cell) const {
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const Step& st = steps[s];
+    if (st.transfer || st.op != "slice_update" || vbufs[values[st.output].root].cell != out_cell) continue;
+    const int x = st.inputs[0];
+    const int xc = vbufs[values[x].root].cell;
+    const int i = input_of_cell(xc);
+    if (i < 0 || inputs[static_cast<size_t>(i)].second != x) return -1;
+    // Its only reader: a later step would read the updated rows.
+    for (size_t r = 0; r < steps.size(); ++r) {
+      const Step& o = steps[r];
+      if (o.transfer) {
+        if (vbufs[values[o.src_value].root].cell == xc) return -1;
+        continue;
+      }
+      for (size_t k = 0; k < o.inputs.size(); ++k)
+        if (o.inputs[k] >= 0 && vbufs[values[o.inputs[k]].root].cell == xc && (r != s || k != 0)) return -1;
+    }
+    return i;
+  }
+  return -1;
+}
+
+bool Plan::Impl::updates_in_place(const Step& st) const {
+  if (st.transfer || st.op != "slice_update") return false;
+  const int oc = vbufs[values[st.output].root].cell, xc = vbufs[values[st.inputs[0]].root].cell;
+  return oc != xc && cells[oc] == cells[xc] && base[oc] == base[xc];
+}
+
 std::string Plan::Impl::in_place_obstacle(const Value& v, int c, const Tensor& t, bool output) const {
   const auto& ti = detail::tensor_impl(t);
   const char* role = output ? "output" : "input";
@@ -122,6 +157,10 @@ std::string Plan::Impl::in_place_obstacle(const Value& v, int c, const Tensor& t
     // never with a buffer of the plan or with anything the run writes.
     if (own[k] == ti->cell) return "it is a buffer of this plan";
     if (cells[k] == ti->cell && (output || cell_mode[k] == 2)) {
+      // A slice_update's output and its x: one Tensor, updated in place.
+      const int out_cell = output ? c : static_cast<int>(k), in_cell = output ? static_cast<int>(k) : c;
+      if (base[k] == ti->byte_offset && input_of_cell(in_cell) >= 0 && updated_input(out_cell) == input_of_cell(in_cell))
+        continue;
       for (const auto& out : outputs)
         if (vbufs[value(out).root].cell == static_cast<int>(k)) return "it is bound as this plan's output '" + out + "'";
       for (const auto& [in, vi] : inputs)
