@@ -6,6 +6,16 @@
 #include <backplane/sdk/dtype.hpp>
 #include <backplane/sdk/plugin.hpp>
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include <array>
+#include <climits>
+#include <mutex>
+#include <unordered_map>
+
 namespace backplane::remote {
 
 namespace {
@@ -303,6 +313,150 @@ std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& ou
              " are not of equal rank >= 2 with equal batch dims";
   }
   return {};
+}
+
+namespace {
+
+namespace pb = google::protobuf;
+using pb::internal::WireFormatLite;
+
+// The most entries a repeated field of a Request may have. The server's own
+// checks are stricter (a call has one output, a rank is at most 8); these
+// only keep the decoder from allocating what those checks would then refuse.
+uint64_t max_entries(const pb::FieldDescriptor* f) {
+  static const std::unordered_map<std::string, uint64_t> limits = {
+      {"backplane.remote.Batch.calls", kMaxCallsPerBatch},
+      {"backplane.remote.Batch.writes", kMaxWritesPerBatch},
+      {"backplane.remote.Batch.reads", kMaxReadsPerBatch},
+      {"backplane.remote.Call.inputs", kMaxCallInputs},
+      {"backplane.remote.Call.outputs", 16},
+      {"backplane.remote.Call.layouts", kMaxCallInputs + 16},
+      {"backplane.remote.Storage.slots", 1024},
+      {"backplane.remote.Layout.shape", 64},
+      {"backplane.remote.Layout.strides", 64},
+      {"backplane.remote.Params.ints", 64},
+      {"backplane.remote.Params.floats", 64},
+      {"backplane.remote.Params.flags", 64},
+  };
+  const auto it = limits.find(f->full_name());
+  return it == limits.end() ? 4096 : it->second;
+}
+
+// What an object of each message type takes (its class), found once.
+uint64_t message_space(const pb::Descriptor* d) {
+  static std::mutex mu;
+  static std::unordered_map<const pb::Descriptor*, uint64_t> known;
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = known.find(d);
+  if (it != known.end()) return it->second;
+  const pb::Message* proto = pb::MessageFactory::generated_factory()->GetPrototype(d);
+  const uint64_t n = proto ? static_cast<uint64_t>(proto->SpaceUsedLong()) : 512;
+  known[d] = n;
+  return n;
+}
+
+// Each entry of a repeated field: a pointer or a value, and the array's growth.
+constexpr uint64_t kEntryBytes = 16;
+// A string's own object and its allocation's overhead.
+constexpr uint64_t kStringBytes = 48;
+
+std::string field_name(const pb::FieldDescriptor* f) { return f->containing_type()->name() + "." + f->name(); }
+
+std::string too_big() {
+  return "decoding it would take more than " + std::to_string(kMaxDecodedBytes >> 20) + " MiB of the server's memory";
+}
+
+std::string scan(pb::io::CodedInputStream& in, const pb::Descriptor* d, int depth, uint64_t& bytes) {
+  if (depth > 16) return "messages nested more than 16 deep";
+  bytes += message_space(d);
+  // Entries of each repeated field of this message (no message here has 32 fields).
+  std::array<uint64_t, 32> counts{};
+  for (;;) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) return in.ConsumedEntireMessage() ? "" : "not a valid message (a field number of 0)";
+    const pb::FieldDescriptor* f = d->FindFieldByNumber(static_cast<int>(WireFormatLite::GetTagFieldNumber(tag)));
+    const bool repeated = f && f->is_repeated();
+    uint64_t entries = 1;
+    switch (WireFormatLite::GetTagWireType(tag)) {
+      case WireFormatLite::WIRETYPE_VARINT: {
+        uint64_t v = 0;
+        if (!in.ReadVarint64(&v)) return "not a valid message (a truncated number)";
+        break;
+      }
+      case WireFormatLite::WIRETYPE_FIXED64: {
+        uint64_t v = 0;
+        if (!in.ReadLittleEndian64(&v)) return "not a valid message (a truncated number)";
+        break;
+      }
+      case WireFormatLite::WIRETYPE_FIXED32: {
+        uint32_t v = 0;
+        if (!in.ReadLittleEndian32(&v)) return "not a valid message (a truncated number)";
+        break;
+      }
+      case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+        uint32_t len = 0;
+        if (!in.ReadVarint32(&len) || len > static_cast<uint32_t>(INT_MAX)) return "not a valid message (a bad length)";
+        if (f && f->type() == pb::FieldDescriptor::TYPE_MESSAGE) {
+          const int start = in.CurrentPosition();
+          const auto limit = in.PushLimit(static_cast<int>(len));
+          if (auto e = scan(in, f->message_type(), depth + 1, bytes); !e.empty()) return e;
+          if (in.CurrentPosition() - start != static_cast<int>(len)) return "not a valid message (truncated)";
+          in.PopLimit(limit);
+        } else if (repeated && f->cpp_type() != pb::FieldDescriptor::CPPTYPE_STRING) {
+          // Packed numbers: each becomes an 8-byte (or smaller) value.
+          switch (f->type()) {
+            case pb::FieldDescriptor::TYPE_FIXED32:
+            case pb::FieldDescriptor::TYPE_SFIXED32:
+            case pb::FieldDescriptor::TYPE_FLOAT:
+              entries = len / 4;
+              if (!in.Skip(static_cast<int>(len))) return "not a valid message (truncated)";
+              break;
+            case pb::FieldDescriptor::TYPE_FIXED64:
+            case pb::FieldDescriptor::TYPE_SFIXED64:
+            case pb::FieldDescriptor::TYPE_DOUBLE:
+              entries = len / 8;
+              if (!in.Skip(static_cast<int>(len))) return "not a valid message (truncated)";
+              break;
+            default: {
+              entries = 0;
+              const auto limit = in.PushLimit(static_cast<int>(len));
+              for (uint64_t v = 0; in.BytesUntilLimit() > 0; ++entries)
+                if (!in.ReadVarint64(&v)) return "not a valid message (a truncated number)";
+              in.PopLimit(limit);
+              break;
+            }
+          }
+        } else {
+          // A string, bytes, or a field this server does not know (kept).
+          if (!in.Skip(static_cast<int>(len))) return "not a valid message (truncated)";
+          bytes += len + kStringBytes;
+        }
+        break;
+      }
+      default: return "not a valid message (a wire type this protocol does not use)";
+    }
+    if (repeated) {
+      bytes += entries * kEntryBytes;
+      const int i = f->index();
+      if (i < static_cast<int>(counts.size())) {
+        counts[static_cast<size_t>(i)] += entries;
+        if (counts[static_cast<size_t>(i)] > max_entries(f))
+          return field_name(f) + " has more than " + std::to_string(max_entries(f)) + " entries";
+      }
+    } else if (!f) {
+      bytes += kEntryBytes;
+    }
+    if (bytes > kMaxDecodedBytes) return too_big();
+  }
+}
+
+}  // namespace
+
+std::string measure_request(pb::io::ZeroCopyInputStream& raw, uint64_t& bytes) {
+  bytes = 0;
+  pb::io::CodedInputStream in(&raw);
+  in.SetTotalBytesLimit(INT_MAX);
+  return scan(in, Request::descriptor(), 0, bytes);
 }
 
 }  // namespace backplane::remote

@@ -10,6 +10,8 @@
 
 #include <backplane/backplane.hpp>
 
+#include <google/protobuf/io/zero_copy_stream.h>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -53,5 +55,18 @@ std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& ou
 // The graph-file params that produce `p` for `op` (the inverse of shape
 // inference's normalisation): used to re-infer a call. x is input 0's dtype.
 Json params_json(const std::string& op, const bp_op_params& p, bp_dtype x, int64_t x_rank);
+
+// What one Request decoded from the wire may hold in the server's memory.
+// Protobuf turns a 2-byte empty Call into an object of about a hundred bytes
+// (and a Call of 256 empty inputs into tens of kilobytes), so a message's
+// wire size does not bound its decoded size.
+constexpr uint64_t kMaxDecodedBytes = uint64_t{256} << 20;
+
+// Walks the encoded Request in `in` without decoding it (nothing is
+// allocated per field): "" when every repeated field is within its limit and
+// the decoded message would take at most kMaxDecodedBytes, with `bytes` set
+// to about what it would take; else what is wrong, naming the field or the
+// limit ("Batch.calls has more than 65536 entries").
+std::string measure_request(google::protobuf::io::ZeroCopyInputStream& in, uint64_t& bytes);
 
 }  // namespace backplane::remote
