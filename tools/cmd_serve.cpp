@@ -43,6 +43,7 @@ int cmd_serve(const Args& in) {
   o.insecure_loopback = take_switch(args, "--insecure-loopback");
   const std::string deadline = take_option(args, "--deadline");
   const std::string max_memory = take_option(args, "--max-memory");
+  const std::string max_total = take_option(args, "--max-total-memory");
   const std::string threads = take_option(args, "--threads");
   const std::string ready_fd = take_option(args, "--ready-fd");
   const std::string plugin_dir = take_option(args, "--plugin-dir");
@@ -67,6 +68,10 @@ int cmd_serve(const Args& in) {
   };
   if (!deadline.empty()) o.deadline_ms = number(deadline, "--deadline (milliseconds)");
   if (!max_memory.empty()) o.max_session_bytes = static_cast<uint64_t>(number(max_memory, "--max-memory (bytes)"));
+  if (!max_total.empty()) {
+    o.max_total_bytes = static_cast<uint64_t>(number(max_total, "--max-total-memory (bytes)"));
+    if (o.max_total_bytes == 0) throw Error("serve: --max-total-memory must be at least 1 byte");
+  }
   if (!ready_fd.empty()) o.ready_fd = static_cast<int>(number(ready_fd, "--ready-fd"));
   if (!shm_fd.empty()) o.shm_fd = static_cast<int>(number(shm_fd, "--shm-fd"));
   if (!shm_size.empty()) o.shm_size = static_cast<uint64_t>(number(shm_size, "--shm-size"));

@@ -14,6 +14,7 @@
 #include <backplane/sdk/dtype.hpp>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -69,14 +70,61 @@ struct Watch {
   uint64_t next = 1;
 };
 
+// Memory every session together holds (buffers, recorded sequences, requests
+// being decoded), against --max-total-memory.
+class Budget {
+ public:
+  explicit Budget(uint64_t cap) : cap_(cap) {}
+  bool take(uint64_t n) {
+    uint64_t cur = used_.load();
+    do {
+      if (n > cap_ || cur > cap_ - n) return false;
+    } while (!used_.compare_exchange_weak(cur, cur + n));
+    return true;
+  }
+  void give(uint64_t n) { used_.fetch_sub(n); }
+  uint64_t cap() const { return cap_; }
+  uint64_t used() const { return used_.load(); }
+
+ private:
+  const uint64_t cap_;
+  std::atomic<uint64_t> used_{0};
+};
+
+// Bytes taken from the budget for a scope, given back when it ends.
+struct Held {
+  Budget& budget;
+  uint64_t bytes = 0;
+  explicit Held(Budget& b) : budget(b) {}
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  ~Held() { budget.give(bytes); }
+  bool grow(uint64_t n) {
+    if (!budget.take(n)) return false;
+    bytes += n;
+    return true;
+  }
+};
+
+using RawStream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+
 class Service final : public Remote::Service {
  public:
   Service(Runtime& runtime, std::vector<std::unique_ptr<ServedDevice>>& devices, const ServerOptions& options,
-          Watch& watch, std::atomic<int64_t>* progress, char* shm, uint64_t shm_size)
+          Watch& watch, std::atomic<int64_t>* progress, char* shm, uint64_t shm_size, Budget& budget)
       : runtime_(runtime), devices_(devices), options_(options), watch_(watch), progress_(progress), shm_(shm),
-        shm_size_(shm_size) {}
+        shm_size_(shm_size), budget_(budget) {
+    // Session's requests arrive as bytes, not as decoded messages: gRPC
+    // would decode each before the server sees it, and decoding is where a
+    // small message becomes a large one (measure_request bounds it first).
+    MarkMethodStreamed(0, new grpc::internal::BidiStreamingHandler<Service, grpc::ByteBuffer, grpc::ByteBuffer>(
+                              [](Service* service, grpc::ServerContext* context, RawStream* stream) {
+                                return service->RawSession(context, stream);
+                              },
+                              this));
+  }
 
-  grpc::Status Session(grpc::ServerContext* context, grpc::ServerReaderWriter<Response, Request>* stream) override;
+  grpc::Status RawSession(grpc::ServerContext* context, RawStream* stream);
 
  private:
   struct Buffer {
@@ -89,11 +137,12 @@ class Service final : public Remote::Service {
   struct State {
     std::unordered_map<uint64_t, Buffer> buffers;
     uint64_t next_buffer = 1;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;  // counted buffers' bytes (in the budget)
     std::unordered_map<uint64_t, std::vector<CheckedCall>> sequences;
-    size_t sequence_bytes = 0;  // what the recorded sequences hold (about)
+    size_t sequence_bytes = 0;  // what the recorded sequences hold, about (in the budget)
   };
 
+  Response decode_and_handle(State& st, grpc::ByteBuffer& bytes);
   Response handle(State& st, const Request& req);
   Response hello();
   Response allocate(State& st, const Allocate& a);
@@ -108,6 +157,11 @@ class Service final : public Remote::Service {
   // [offset, offset + size) of the memory shared with the client, or nullptr.
   char* shared(uint64_t offset, uint64_t size) const;
   void release(State& st);
+  void drop_sequence(State& st, std::unordered_map<uint64_t, std::vector<CheckedCall>>::iterator it);
+  // "" when the session may hold n more bytes (--max-memory); `what` starts the message.
+  std::string session_room(const State& st, uint64_t n, const std::string& what) const;
+  // What a refusal by the budget says.
+  std::string over_budget(uint64_t n, const std::string& what) const;
 
   // A vendor op's output type from its manifest's decomposition, for plugins
   // without infer_custom_op (the CPU plugin's fused ops).
@@ -122,15 +176,22 @@ class Service final : public Remote::Service {
   std::atomic<int64_t>* progress_;  // the running call, or -1 (isolated child only)
   char* shm_;                       // memory shared with the one client (isolated child only)
   uint64_t shm_size_;
+  Budget& budget_;
   std::atomic<int> sessions_{0};
 };
 
 // What a checked call holds in memory, about: recorded sequences and one
 // batch's checked calls are bounded by it, not by their (much smaller) wire size.
 size_t call_bytes(const CheckedCall& c) {
-  size_t n = sizeof(CheckedCall) + c.json.size();
-  n += (c.inputs.size() + 1) * (sizeof(bp_storage) + sizeof(bp_layout) + sizeof(uint64_t));
-  for (const auto& sl : c.output_slots) n += sl.size() * sizeof(bp_bundle_slot);
+  // What the vectors and the string allocated (their capacity, not their
+  // size), and each allocation's overhead.
+  constexpr size_t kAlloc = 16;
+  size_t n = sizeof(CheckedCall) + c.json.capacity() + kAlloc;
+  n += c.inputs.capacity() * sizeof(bp_storage) + c.outputs.capacity() * sizeof(bp_storage) + 2 * kAlloc;
+  n += (c.input_buffers.capacity() + c.output_buffers.capacity()) * sizeof(uint64_t) + 2 * kAlloc;
+  n += c.layouts.capacity() * sizeof(bp_layout) + kAlloc;
+  n += c.output_slots.capacity() * sizeof(std::vector<bp_bundle_slot>) + kAlloc;
+  for (const auto& sl : c.output_slots) n += sl.capacity() * sizeof(bp_bundle_slot) + kAlloc;
   return n;
 }
 size_t calls_bytes(const std::vector<CheckedCall>& calls) {
@@ -176,26 +237,90 @@ Response failure(bp_status_code code, const std::string& message, int64_t call_i
   return r;
 }
 
-grpc::Status Service::Session(grpc::ServerContext* context, grpc::ServerReaderWriter<Response, Request>* stream) {
+grpc::Status Service::RawSession(grpc::ServerContext* context, RawStream* stream) {
   // The token first: a client without it learns nothing but the refusal.
   const auto& md = context->client_metadata();
   const auto it = md.find(kTokenKey);
   const std::string given = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
   if (!same_secret(given, options_.token))
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "a valid token is required");
-  if (sessions_.fetch_add(1) >= options_.max_sessions) {
-    sessions_.fetch_sub(1);
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many sessions");
-  }
+  // The session's slot and everything it holds are given back by scope, on
+  // every way out: an exception (from gRPC's read or write, or a decode
+  // that ran out of memory) included.
+  struct Slot {
+    std::atomic<int>& n;
+    ~Slot() { n.fetch_sub(1); }
+  };
+  const bool room = sessions_.fetch_add(1) < options_.max_sessions;
+  Slot slot{sessions_};
+  if (!room) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many sessions (the server runs at most " +
+                                                                      std::to_string(options_.max_sessions) + ")");
   State st;
-  Request req;
-  while (stream->Read(&req)) {
-    Response resp = handle(st, req);
-    if (!stream->Write(resp)) break;
+  struct Release {
+    Service& service;
+    State& st;
+    ~Release() { service.release(st); }
+  } release_at_exit{*this, st};
+  try {
+    grpc::ByteBuffer in;
+    while (stream->Read(&in)) {
+      Response resp = decode_and_handle(st, in);
+      in.Clear();
+      grpc::ByteBuffer out;
+      bool own = false;
+      if (!grpc::SerializationTraits<Response>::Serialize(resp, &out, &own).ok()) break;
+      if (!stream->Write(out)) break;
+    }
+  } catch (const std::bad_alloc&) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the server ran out of memory for this session");
+  } catch (const std::exception& e) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, std::string("the session failed: ") + e.what());
   }
-  release(st);
-  sessions_.fetch_sub(1);
   return grpc::Status::OK;
+}
+
+Response Service::decode_and_handle(State& st, grpc::ByteBuffer& bytes) {
+  try {
+    // Measured before it is decoded: counts and the memory it would take.
+    uint64_t need = 0;
+    {
+      grpc::ProtoBufferReader reader(&bytes);
+      if (!reader.status().ok()) return failure(BP_ERR_INVALID_ARGUMENT, "request: unreadable bytes");
+      if (auto e = measure_request(reader, need); !e.empty())
+        return failure(e.find("memory") != std::string::npos ? BP_ERR_OUT_OF_MEMORY : BP_ERR_INVALID_ARGUMENT,
+                       "request refused before decoding: " + e);
+    }
+    Held held(budget_);
+    if (!held.grow(need)) return failure(BP_ERR_OUT_OF_MEMORY, over_budget(need, "request (decoding it)"));
+    Request req;
+    if (!grpc::SerializationTraits<Request>::Deserialize(&bytes, &req).ok())
+      return failure(BP_ERR_INVALID_ARGUMENT, "request: not a valid message");
+    return handle(st, req);
+  } catch (const std::bad_alloc&) {
+    return failure(BP_ERR_OUT_OF_MEMORY, "the server ran out of memory for this request");
+  }
+}
+
+std::string Service::session_room(const State& st, uint64_t n, const std::string& what) const {
+  const uint64_t cap = options_.max_session_bytes;
+  const uint64_t mine = st.bytes + st.sequence_bytes;
+  if (cap && (n > cap || mine > cap - n))
+    return what + ": the session would hold more than the server's limit of " + std::to_string(cap) +
+           " bytes (--max-memory; it holds " + std::to_string(mine) + " in buffers and recorded sequences)";
+  return {};
+}
+
+std::string Service::over_budget(uint64_t n, const std::string& what) const {
+  return what + ": " + std::to_string(n) + " bytes would take the server past its memory limit of " +
+         std::to_string(budget_.cap()) + " bytes for all sessions (--max-total-memory; " + std::to_string(budget_.used()) +
+         " in use)";
+}
+
+void Service::drop_sequence(State& st, std::unordered_map<uint64_t, std::vector<CheckedCall>>::iterator it) {
+  const size_t n = std::min(st.sequence_bytes, calls_bytes(it->second));
+  st.sequence_bytes -= n;
+  budget_.give(n);
+  st.sequences.erase(it);
 }
 
 void Service::release(State& st) {
@@ -205,6 +330,9 @@ void Service::release(State& st) {
   }
   st.buffers.clear();
   st.sequences.clear();
+  budget_.give(st.bytes + st.sequence_bytes);
+  st.bytes = 0;
+  st.sequence_bytes = 0;
 }
 
 Response Service::handle(State& st, const Request& req) {
@@ -226,15 +354,18 @@ Response Service::handle(State& st, const Request& req) {
             for (auto id : c.input_buffers) uses |= id == it->first;
           for (const auto& c : s->second) uses |= c.output_buffers[0] == it->first;
           if (uses) {
-            st.sequence_bytes -= std::min(st.sequence_bytes, calls_bytes(s->second));
-            s = st.sequences.erase(s);
+            auto dead = s++;
+            drop_sequence(st, dead);
           } else {
             ++s;
           }
         }
         auto& d = *devices_[it->second.device];
         d.plugin->api()->buffer_free(d.plugin->ctx(), d.handle, it->second.handle);
-        if (it->second.counted) st.bytes -= it->second.size;
+        if (it->second.counted) {
+          st.bytes -= it->second.size;
+          budget_.give(it->second.size);
+        }
         st.buffers.erase(it);
         return Response();
       }
@@ -315,9 +446,10 @@ Response Service::allocate(State& st, const Allocate& a) {
   if (d.info.max_buffer_size && a.size() > d.info.max_buffer_size)
     return failure(BP_ERR_OUT_OF_MEMORY, "allocate: " + std::to_string(a.size()) + " bytes exceed " + d.device->name() +
                                              "'s largest buffer of " + std::to_string(d.info.max_buffer_size));
-  if (options_.max_session_bytes && (a.size() > options_.max_session_bytes || st.bytes > options_.max_session_bytes - a.size()))
-    return failure(BP_ERR_OUT_OF_MEMORY, "allocate: the session would hold more than the server's limit of " +
-                                             std::to_string(options_.max_session_bytes) + " bytes");
+  if (auto e = session_room(st, a.size(), "allocate"); !e.empty()) return failure(BP_ERR_OUT_OF_MEMORY, e);
+  // Taken from the budget before any byte is allocated (or zeroed).
+  Held held(budget_);
+  if (!held.grow(a.size())) return failure(BP_ERR_OUT_OF_MEMORY, over_budget(a.size(), "allocate"));
   bp_buffer buf{};
   buf.struct_size = sizeof buf;
   if (bp_error* e = d.plugin->api()->buffer_allocate(d.plugin->ctx(), d.handle, a.size(), &buf))
@@ -341,6 +473,7 @@ Response Service::allocate(State& st, const Allocate& a) {
   const uint64_t id = st.next_buffer++;
   st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), buf.host_ptr, true};
   st.bytes += a.size();
+  held.bytes = 0;  // now the session's, given back by free or at its end
   Response r;
   r.mutable_allocate()->set_buffer(id);
   return r;
@@ -448,6 +581,10 @@ std::optional<Response> Service::batch_calls(State& st, const Batch& b, std::vec
     return std::nullopt;
   }
   size_t checked_bytes = 0;
+  // The checked calls are counted against the budget as they grow, a MiB at
+  // a time; a recorded sequence keeps its part.
+  Held held(budget_);
+  constexpr uint64_t kStep = uint64_t{1} << 20;
   for (int i = 0; i < b.calls_size(); ++i) {
     const Call& c = b.calls(i);
     if (c.device() >= devices_.size()) return failure(BP_ERR_INVALID_ARGUMENT, "call: no device " + std::to_string(c.device()), i);
@@ -484,14 +621,20 @@ std::optional<Response> Service::batch_calls(State& st, const Batch& b, std::vec
     checked_bytes += call_bytes(fresh.back());
     if (checked_bytes > kMaxCheckedBytes)
       return failure(BP_ERR_OUT_OF_MEMORY, "batch: its calls need more than 256 MiB of the server's memory", i);
+    if (checked_bytes > held.bytes && !held.grow(kStep))
+      return failure(BP_ERR_OUT_OF_MEMORY, over_budget(checked_bytes, "batch (its checked calls)"), i);
   }
   if (!b.record()) return std::nullopt;
-  if (auto old = st.sequences.find(b.record()); old != st.sequences.end()) {
-    st.sequence_bytes -= std::min(st.sequence_bytes, calls_bytes(old->second));
-    st.sequences.erase(old);
-  }
+  if (auto old = st.sequences.find(b.record()); old != st.sequences.end()) drop_sequence(st, old);
   if (st.sequences.size() >= 256 || st.sequence_bytes + checked_bytes > kMaxRecordedBytes)
-    return failure(BP_ERR_OUT_OF_MEMORY, "batch: too many recorded sequences");
+    return failure(BP_ERR_OUT_OF_MEMORY, "batch: too many recorded sequences (a session keeps at most 256, " +
+                                             std::to_string(kMaxRecordedBytes >> 20) + " MiB)");
+  if (auto e = session_room(st, checked_bytes, "batch: recording its calls"); !e.empty())
+    return failure(BP_ERR_OUT_OF_MEMORY, e);
+  // The sequence keeps checked_bytes of what `held` took; the rest goes back.
+  if (held.bytes < checked_bytes && !held.grow(checked_bytes - held.bytes))
+    return failure(BP_ERR_OUT_OF_MEMORY, over_budget(checked_bytes, "batch (recording its calls)"));
+  held.bytes -= checked_bytes;
   st.sequence_bytes += checked_bytes;
   auto& seq = st.sequences[b.record()];
   seq.swap(fresh);
@@ -745,8 +888,11 @@ int serve(Runtime& runtime, const ServerOptions& options) {
     ::close(options.shm_fd);
     shm = static_cast<char*>(m);
   }
+  static const uint64_t physical =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  Budget budget(options.max_total_bytes ? options.max_total_bytes : physical / 4 * 3);
   Watch watch;
-  Service service(runtime, devices, options, watch, progress, shm, options.shm_size);
+  Service service(runtime, devices, options, watch, progress, shm, options.shm_size, budget);
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (tls) {

@@ -17,7 +17,10 @@ struct ServerOptions {
   bool insecure_loopback = false;         // TCP without TLS, 127.0.0.1 only
   std::vector<std::string> plugins;       // serve only these plugins (empty = all)
   int64_t deadline_ms = 0;                // a batch running longer ends the server (0 = none)
-  uint64_t max_session_bytes = 0;         // device memory one session may hold (0 = no limit)
+  uint64_t max_session_bytes = 0;         // memory one session may hold: buffers and recorded sequences (0 = no limit)
+  // Memory all sessions together may hold: buffers, recorded sequences and
+  // requests being decoded (0 = three quarters of this machine's memory).
+  uint64_t max_total_bytes = 0;
   int max_sessions = 16;
   bool quiet = false;
   // Set by `serve --ready-fd N`: the server writes one line there once it
