@@ -178,6 +178,31 @@ bool served(const LimitedServer& server, std::string& why) {
   return false;
 }
 
+// Tries `served` until it works or `limit` passes (attempts are few: each
+// waits up to 5 s).
+bool served_within(const LimitedServer& server, std::chrono::seconds limit, std::string& why) {
+  const auto until = Clock::now() + limit;
+  for (int i = 0; i < 60; ++i) {
+    if (served(server, why)) return true;
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return false;
+}
+
+// Waits (bounded) until the server closes `fd`: reads and drops whatever
+// the server sends before (its HTTP/2 settings, a GOAWAY).
+bool closed_by_server(int fd, Clock::time_point until) {
+  char buf[4096];
+  while (Clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
 // The kernel index of f32 add on the served CPU device.
 uint32_t add_kernel(const rp::Response& h) {
   const auto& kernels = h.hello().plugins(0).kernels();
@@ -218,6 +243,61 @@ rp::Request empty_calls(int n) {
 constexpr rlim_t kGiB = rlim_t{1} << 30;
 
 }  // namespace
+
+// Catches: gRPC 1.51's accept loop giving up for good on its first EMFILE.
+// With 64 files, a few dozen idle connections without a token exhausted the
+// server's descriptors; the process lived on but never accepted again, so a
+// client with the token was never served (its hello timed out).
+TEST_CASE("serve abuse: a flood of idle connections does not stop the server accepting", "[remote][abuse]") {
+  LimitedServer server({}, Limits{64, 0});
+  std::vector<int> held;
+  const auto until = Clock::now() + std::chrono::seconds(20);
+  for (int i = 0; i < 200 && Clock::now() < until; ++i) {
+    const int fd = server.connect_raw();
+    if (fd >= 0) held.push_back(fd);
+  }
+  // Let the server take (or refuse) every one of them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  INFO("connections made: " << held.size());
+  for (int fd : held) ::close(fd);
+  held.clear();
+  std::string why;
+  const bool ok = served_within(server, std::chrono::seconds(30), why);
+  INFO("log: " << server.read_log() << "\nlast refusal: " << why);
+  CHECK(ok);
+  CHECK(server.alive());
+}
+
+// Catches: no connection cap and no pre-session deadline. A connection that
+// never sends a byte, or sends only the HTTP/2 preface, was held until gRPC's
+// 120 s handshake timeout or forever; now the server closes connections over
+// --max-connections at once and idle ones after --idle-timeout, while the
+// attacker keeps its end open, and a client with the token is then served.
+TEST_CASE("serve abuse: connections over the cap and idle ones are closed by the server", "[remote][abuse]") {
+  LimitedServer server({"--max-connections", "8", "--idle-timeout", "500"}, Limits{64, 0});
+  const std::string preface = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + std::string("\0\0\0\x04\0\0\0\0\0", 9);
+  std::vector<int> held;
+  const auto until = Clock::now() + std::chrono::seconds(20);
+  for (int i = 0; i < 40 && Clock::now() < until; ++i) {
+    const int fd = server.connect_raw();
+    if (fd < 0) continue;
+    if (i % 2) (void)!::write(fd, preface.data(), preface.size());  // HTTP/2 set up, then nothing
+    held.push_back(fd);
+  }
+  REQUIRE(held.size() >= 20);
+  // Every one of them is closed by the server: over the cap at once, the
+  // others after the idle timeout (bounded wait, not a timing check).
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  size_t closed = 0;
+  for (int fd : held) closed += closed_by_server(fd, deadline);
+  CHECK(closed == held.size());
+  // Still held open by the attacker, yet a client with the token is served.
+  std::string why;
+  const bool ok = served_within(server, std::chrono::seconds(30), why);
+  INFO("log: " << server.read_log() << "\nlast refusal: " << why);
+  CHECK(ok);
+  for (int fd : held) ::close(fd);
+}
 
 // Catches: a session whose request threw while it was read (bad_alloc in
 // the stream's decode, here from 16 MiB of empty calls under an address-space

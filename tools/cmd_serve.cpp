@@ -44,6 +44,8 @@ int cmd_serve(const Args& in) {
   const std::string deadline = take_option(args, "--deadline");
   const std::string max_memory = take_option(args, "--max-memory");
   const std::string max_total = take_option(args, "--max-total-memory");
+  const std::string max_connections = take_option(args, "--max-connections");
+  const std::string idle_timeout = take_option(args, "--idle-timeout");
   const std::string threads = take_option(args, "--threads");
   const std::string ready_fd = take_option(args, "--ready-fd");
   const std::string plugin_dir = take_option(args, "--plugin-dir");
@@ -71,6 +73,15 @@ int cmd_serve(const Args& in) {
   if (!max_total.empty()) {
     o.max_total_bytes = static_cast<uint64_t>(number(max_total, "--max-total-memory (bytes)"));
     if (o.max_total_bytes == 0) throw Error("serve: --max-total-memory must be at least 1 byte");
+  }
+  if (!max_connections.empty()) {
+    const int64_t n = number(max_connections, "--max-connections");
+    if (n < 1 || n > 1000000) throw Error("serve: --max-connections must be between 1 and 1000000");
+    o.max_connections = static_cast<int>(n);
+  }
+  if (!idle_timeout.empty()) {
+    o.idle_timeout_ms = number(idle_timeout, "--idle-timeout (milliseconds)");
+    if (o.idle_timeout_ms < 1 || o.idle_timeout_ms > 86400000) throw Error("serve: --idle-timeout must be between 1 and 86400000 ms");
   }
   if (!ready_fd.empty()) o.ready_fd = static_cast<int>(number(ready_fd, "--ready-fd"));
   if (!shm_fd.empty()) o.shm_fd = static_cast<int>(number(shm_fd, "--shm-fd"));

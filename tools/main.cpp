@@ -90,7 +90,7 @@ commands:
                                         --check fails when DOC's generated op tables differ
   serve (--listen HOST:PORT | --unix PATH) --token-file FILE [--tls-cert C --tls-key K]
         [--insecure-loopback] [--plugin NAME]... [--deadline MS] [--max-memory BYTES]
-        [--max-total-memory BYTES]
+        [--max-total-memory BYTES] [--max-connections N] [--idle-timeout MS]
                                         offer this machine's devices over gRPC to the
                                         remote plugin (docs/remote.md); TCP needs TLS
 

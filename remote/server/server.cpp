@@ -21,7 +21,12 @@
 #include <atomic>
 #include <cstring>
 #include <chrono>
+#include <dirent.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -816,6 +821,218 @@ bool loopback_host(const std::string& hostport) {
   return hostport.rfind("127.0.0.1:", 0) == 0 || hostport.rfind("[::1]:", 0) == 0;
 }
 
+// The server takes the soft limit on open files up to the hard one: each
+// connection is a file, and at the usual soft limit of 1024 a few hundred
+// idle connections are enough to run out. Returns the limit now in force.
+uint64_t raise_file_limit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 1024;
+  if (r.rlim_cur != RLIM_INFINITY && (r.rlim_max == RLIM_INFINITY || r.rlim_cur < r.rlim_max)) {
+    rlimit want = r;
+    want.rlim_cur = r.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : r.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &want) == 0) r = want;
+  }
+  return r.rlim_cur == RLIM_INFINITY ? uint64_t{1} << 20 : static_cast<uint64_t>(r.rlim_cur);
+}
+
+// Files this process has open (-1 when it cannot tell: out of files itself).
+int64_t open_files() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return -1;
+  int64_t n = 0;
+  while (const dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n - 1;  // not the directory's own
+}
+
+// The listening sockets the server accepts on itself (gRPC gets each
+// accepted connection through an external connection acceptor): gRPC 1.51's
+// own accept loop gives up for good on its first EMFILE.
+struct Listener {
+  std::vector<int> fds;
+  int port = 0;
+  ~Listener() {
+    for (int fd : fds) ::close(fd);
+  }
+};
+
+void listen_unix(Listener& l, const std::string& path) {
+  claim_unix_path(path);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) throw Error("serve: --unix " + path + ": the path is too long for a unix socket");
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) throw Error("serve: cannot create a unix socket: " + std::string(std::strerror(errno)));
+  l.fds.push_back(fd);
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 128) != 0)
+    throw Error("serve: cannot listen on unix:" + path + ": " + std::strerror(errno));
+}
+
+void listen_tcp(Listener& l, const std::string& hostport) {
+  const size_t colon = hostport.rfind(':');
+  if (colon == std::string::npos) throw Error("serve: --listen wants HOST:PORT, not '" + hostport + "'");
+  std::string host = hostport.substr(0, colon);
+  const std::string port = hostport.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found); rc != 0)
+    throw Error("serve: cannot listen on " + hostport + ": " + ::gai_strerror(rc));
+  std::string why;
+  for (const addrinfo* a = found; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (a->ai_family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    sockaddr_storage addr{};
+    std::memcpy(&addr, a->ai_addr, a->ai_addrlen);
+    // Port 0: the first address picks a free port, the others take the same.
+    if (l.port) {
+      if (addr.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&addr)->sin_port = htons(static_cast<uint16_t>(l.port));
+      else reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port = htons(static_cast<uint16_t>(l.port));
+    }
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), a->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    l.port = ntohs(addr.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&addr)->sin_port
+                                              : reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    l.fds.push_back(fd);
+  }
+  ::freeaddrinfo(found);
+  if (l.fds.empty()) throw Error("serve: cannot listen on " + hostport + (why.empty() ? "" : ": " + why));
+}
+
+// Accepts connections and hands each to gRPC, keeping at most
+// max_connections open and a reserve of files for everything else. A
+// connection over the limit is closed at once; when the process runs out of
+// files (EMFILE) the connection waiting is accepted on a spare descriptor and
+// closed, so the loop never stops. gRPC closes the connections it was given:
+// a connection counts while its descriptor is still the socket that was
+// accepted (the same inode).
+class Acceptor {
+ public:
+  Acceptor(const Listener& listener, grpc::experimental::ExternalConnectionAcceptor& to, int max_connections,
+           uint64_t file_limit, bool quiet)
+      : listener_(listener), to_(to), max_(static_cast<size_t>(std::max(max_connections, 1))), file_limit_(file_limit),
+        quiet_(quiet) {}
+  void run(const std::atomic<bool>& stop) {
+    spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    std::vector<pollfd> pfds;
+    for (int fd : listener_.fds) pfds.push_back(pollfd{fd, POLLIN, 0});
+    while (!stop) {
+      const int n = ::poll(pfds.data(), pfds.size(), 200);
+      if (n < 0 && errno != EINTR) fatal("waiting for connections", errno);
+      for (const auto& p : pfds)
+        if (p.revents & (POLLIN | POLLERR | POLLHUP)) accept_from(p.fd);
+    }
+    if (spare_ >= 0) ::close(spare_);
+  }
+
+ private:
+  struct Open {
+    int fd;
+    dev_t dev;
+    ino_t ino;
+  };
+
+  [[noreturn]] static void fatal(const char* what, int err) {
+    std::fprintf(stderr, "backplane serve: %s failed: %s; exiting so that a supervisor can restart the server\n", what,
+                 std::strerror(err));
+    std::fflush(stderr);
+    _exit(4);
+  }
+
+  // One line at most every 10 s about refused connections.
+  void note(const std::string& why) {
+    ++refused_;
+    const auto now = Clock::now();
+    if (quiet_ || now - last_note_ < std::chrono::seconds(10)) return;
+    last_note_ = now;
+    std::fprintf(stderr, "backplane serve: refusing connections (%llu so far): %s\n",
+                 static_cast<unsigned long long>(refused_), why.c_str());
+    std::fflush(stderr);
+  }
+
+  void prune() {
+    open_.erase(std::remove_if(open_.begin(), open_.end(),
+                               [](const Open& o) {
+                                 struct stat sb {};
+                                 return ::fstat(o.fd, &sb) != 0 || sb.st_ino != o.ino || sb.st_dev != o.dev;
+                               }),
+                open_.end());
+  }
+
+  void accept_from(int listen_fd) {
+    for (int k = 0; k < 64; ++k) {  // then the other listeners' turn
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        const int err = errno;
+        if (err == EINTR) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK || err == ECONNABORTED || err == EPROTO || err == EPERM) return;
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+          // Out of files: take the waiting connection on the spare and close it.
+          note(std::string("out of file descriptors (") + std::strerror(err) + ")");
+          if (spare_ >= 0) {
+            ::close(spare_);
+            const int drop = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+            if (drop >= 0) ::close(drop);
+            spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+          } else {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+          }
+          return;
+        }
+        fatal("accepting a connection", err);
+      }
+      prune();
+      const int64_t files = open_files();
+      if (open_.size() >= max_) {
+        ::close(fd);
+        note(std::to_string(max_) + " connections are open (--max-connections)");
+        continue;
+      }
+      if (files < 0 || static_cast<uint64_t>(files) + kFileReserve > file_limit_) {
+        ::close(fd);
+        note("too few file descriptors left (limit " + std::to_string(file_limit_) + ", " + std::to_string(files) + " open)");
+        continue;
+      }
+      struct stat sb {};
+      if (::fstat(fd, &sb) != 0) {
+        ::close(fd);
+        continue;
+      }
+      open_.push_back(Open{fd, sb.st_dev, sb.st_ino});
+      grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
+      p.listener_fd = listen_fd;
+      p.fd = fd;
+      to_.HandleNewConnection(&p);
+    }
+  }
+
+  // Files kept for everything but connections: plugins, gRPC's own, logs.
+  static constexpr uint64_t kFileReserve = 16;
+  const Listener& listener_;
+  grpc::experimental::ExternalConnectionAcceptor& to_;
+  const size_t max_;
+  const uint64_t file_limit_;
+  const bool quiet_;
+  int spare_ = -1;
+  std::vector<Open> open_;
+  uint64_t refused_ = 0;
+  Clock::time_point last_note_{};
+};
+
 }  // namespace
 
 int serve(Runtime& runtime, const ServerOptions& options) {
@@ -888,6 +1105,7 @@ int serve(Runtime& runtime, const ServerOptions& options) {
     ::close(options.shm_fd);
     shm = static_cast<char*>(m);
   }
+  const uint64_t file_limit = raise_file_limit();
   static const uint64_t physical =
       static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   Budget budget(options.max_total_bytes ? options.max_total_bytes : physical / 4 * 3);
@@ -902,10 +1120,12 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   } else {
     creds = grpc::InsecureServerCredentials();
   }
-  int port = 0;
-  if (!options.unix_path.empty()) claim_unix_path(options.unix_path);
-  const std::string address = options.unix_path.empty() ? options.listen : "unix:" + options.unix_path;
-  builder.AddListeningPort(address, creds, options.unix_path.empty() ? &port : nullptr);
+  Listener listener;
+  if (options.unix_path.empty()) listen_tcp(listener, options.listen);
+  else listen_unix(listener, options.unix_path);
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
   builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
@@ -918,6 +1138,13 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kFrameBytes);
   builder.AddChannelArgument(GRPC_ARG_OPTIMIZATION_TARGET, std::string("latency"));
+  // The phase before a session: a connection must finish its handshake
+  // (TLS, HTTP/2 settings) within the idle timeout, and one that holds no
+  // call (it never sent one, or its calls were refused) is closed after it.
+  const int idle_ms = static_cast<int>(std::clamp<int64_t>(options.idle_timeout_ms, 1, INT32_MAX));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, idle_ms);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, idle_ms);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_sessions + 4);
 
   // SIGINT/SIGTERM end the server; blocked here so every thread inherits it.
   sigset_t stop;
@@ -927,9 +1154,10 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || (options.unix_path.empty() && port == 0)) throw Error("serve: cannot listen on " + address);
+  const std::string address = options.unix_path.empty() ? options.listen : "unix:" + options.unix_path;
+  if (!server) throw Error("serve: cannot start the gRPC server for " + address);
   std::string where = options.unix_path.empty()
-                          ? options.listen.substr(0, options.listen.rfind(':')) + ":" + std::to_string(port)
+                          ? options.listen.substr(0, options.listen.rfind(':')) + ":" + std::to_string(listener.port)
                           : "unix:" + options.unix_path;
   const std::string line = "listening on " + where + (tls ? " (TLS)" : "") + ", " + std::to_string(devices.size()) +
                            " device(s)\n";
@@ -943,11 +1171,14 @@ int serve(Runtime& runtime, const ServerOptions& options) {
     ::close(options.ready_fd);
   }
 
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false}, stop_accepting{false};
+  Acceptor acceptor(listener, *handoff, options.max_connections, file_limit, options.quiet);
+  std::thread accepting([&] { acceptor.run(stop_accepting); });
   std::thread stopper([&] {
     const timespec tick{0, 200 * 1000 * 1000};
     while (!done)
       if (sigtimedwait(&stop, nullptr, &tick) > 0) {
+        stop_accepting = true;
         server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
         return;
       }
@@ -969,8 +1200,11 @@ int serve(Runtime& runtime, const ServerOptions& options) {
     });
   server->Wait();
   done = true;
+  stop_accepting = true;
+  accepting.join();
   stopper.join();
   if (watchdog.joinable()) watchdog.join();
+  if (!options.unix_path.empty()) ::unlink(options.unix_path.c_str());
   return 0;
 }
 

@@ -22,6 +22,11 @@ struct ServerOptions {
   // requests being decoded (0 = three quarters of this machine's memory).
   uint64_t max_total_bytes = 0;
   int max_sessions = 16;
+  // Connections open at once; more are closed as soon as they are accepted.
+  int max_connections = 128;
+  // A connection that holds no call for this long is closed: one that never
+  // finishes its handshake, never sends a call, or only had calls refused.
+  int64_t idle_timeout_ms = 20000;
   bool quiet = false;
   // Set by `serve --ready-fd N`: the server writes one line there once it
   // accepts connections (a supervisor waits for it instead of polling).
