@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 #include <grpcpp/grpcpp.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -43,18 +45,23 @@ struct Limits {
   rlim_t address = 0;  // RLIMIT_AS (0: as inherited)
 };
 
-// A `backplane serve --unix` child with its own limits, killed at scope end.
+// A `backplane serve` child with its own limits, killed at scope end: on a
+// unix socket, or (tcp) on a free loopback port without TLS.
 struct LimitedServer {
   std::string dir, socket;
+  int port = 0;
   pid_t pid = -1;
 
-  LimitedServer(const std::vector<std::string>& extra, Limits limits) {
+  LimitedServer(const std::vector<std::string>& extra, Limits limits, bool tcp = false) {
     std::string t = (std::filesystem::temp_directory_path() / "bp-abuse-XXXXXX").string();
     REQUIRE(mkdtemp(t.data()) != nullptr);
     dir = t;
     socket = dir + "/sock";
     std::ofstream(dir + "/token") << kToken << "\n";
-    std::vector<std::string> args = {kServeBin, "serve", "--unix", socket, "--token-file", dir + "/token", "--plugin", "cpu"};
+    std::vector<std::string> args = {kServeBin, "serve", "--token-file", dir + "/token", "--plugin", "cpu"};
+    const std::vector<std::string> where = tcp ? std::vector<std::string>{"--listen", "127.0.0.1:0", "--insecure-loopback"}
+                                               : std::vector<std::string>{"--unix", socket};
+    args.insert(args.end(), where.begin(), where.end());
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -83,6 +90,12 @@ struct LimitedServer {
     for (int i = 0; i < 500 && !listening() && alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     INFO(read_log());
     REQUIRE(listening());
+    if (tcp) {
+      const std::string log = read_log();
+      const std::string at = "listening on 127.0.0.1:";
+      port = std::stoi(log.substr(log.find(at) + at.size()));
+      REQUIRE(port > 0);
+    }
   }
   ~LimitedServer() {
     if (pid > 0) {
@@ -98,7 +111,7 @@ struct LimitedServer {
     return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   }
   bool listening() const { return read_log().find("listening") != std::string::npos; }
-  std::string address() const { return "unix:" + socket; }
+  std::string address() const { return port ? "127.0.0.1:" + std::to_string(port) : "unix:" + socket; }
   // A field of /proc/PID/status in KiB (VmHWM: the peak resident size).
   uint64_t status_kib(const std::string& field) const {
     std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -110,6 +123,19 @@ struct LimitedServer {
   // stopped accepting fills its backlog, and a blocking connect would then
   // wait forever.
   int connect_raw() const {
+    if (port) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (fd < 0) return -1;
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS) {
+        ::close(fd);
+        return -1;
+      }
+      return fd;
+    }
     const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -1;
     sockaddr_un a{};
@@ -249,7 +275,9 @@ constexpr rlim_t kGiB = rlim_t{1} << 30;
 // server's descriptors; the process lived on but never accepted again, so a
 // client with the token was never served (its hello timed out).
 TEST_CASE("serve abuse: a flood of idle connections does not stop the server accepting", "[remote][abuse]") {
-  LimitedServer server({}, Limits{64, 0});
+  const bool tcp = GENERATE(false, true);
+  INFO((tcp ? "loopback TCP" : "unix socket"));
+  LimitedServer server({}, Limits{64, 0}, tcp);
   std::vector<int> held;
   const auto until = Clock::now() + std::chrono::seconds(20);
   for (int i = 0; i < 200 && Clock::now() < until; ++i) {
