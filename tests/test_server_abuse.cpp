@@ -376,6 +376,7 @@ TEST_CASE("serve abuse: a request is measured before it is decoded", "[remote][a
     REQUIRE(r);
     REQUIRE(r->has_failure());
     CHECK_THAT(r->failure().message(), Catch::Contains("Batch.calls has more than 65536 entries"));
+    CHECK(r->failure().code() == BP_ERR_INVALID_ARGUMENT);
   }
   {
     rp::Request wide;
@@ -388,6 +389,7 @@ TEST_CASE("serve abuse: a request is measured before it is decoded", "[remote][a
     REQUIRE(r);
     REQUIRE(r->has_failure());
     CHECK_THAT(r->failure().message(), Catch::Contains("decoding it would take more than 256 MiB"));
+    CHECK(r->failure().code() == BP_ERR_OUT_OF_MEMORY);
   }
   const uint64_t after_kib = server.status_kib("VmHWM");
   INFO("peak resident: " << before_kib / 1024 << " MiB before, " << after_kib / 1024 << " MiB after");

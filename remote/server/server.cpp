@@ -292,7 +292,7 @@ Response Service::decode_and_handle(State& st, grpc::ByteBuffer& bytes) {
       grpc::ProtoBufferReader reader(&bytes);
       if (!reader.status().ok()) return failure(BP_ERR_INVALID_ARGUMENT, "request: unreadable bytes");
       if (auto e = measure_request(reader, need); !e.empty())
-        return failure(e.find("memory") != std::string::npos ? BP_ERR_OUT_OF_MEMORY : BP_ERR_INVALID_ARGUMENT,
+        return failure(need > kMaxDecodedBytes ? BP_ERR_OUT_OF_MEMORY : BP_ERR_INVALID_ARGUMENT,
                        "request refused before decoding: " + e);
     }
     Held held(budget_);

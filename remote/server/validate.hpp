@@ -66,7 +66,8 @@ constexpr uint64_t kMaxDecodedBytes = uint64_t{256} << 20;
 // allocated per field): "" when every repeated field is within its limit and
 // the decoded message would take at most kMaxDecodedBytes, with `bytes` set
 // to about what it would take; else what is wrong, naming the field or the
-// limit ("Batch.calls has more than 65536 entries").
+// limit ("Batch.calls has more than 65536 entries"), with `bytes` above
+// kMaxDecodedBytes when the limit was the memory.
 std::string measure_request(google::protobuf::io::ZeroCopyInputStream& in, uint64_t& bytes);
 
 }  // namespace backplane::remote
