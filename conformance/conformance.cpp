@@ -250,7 +250,9 @@ std::vector<Case> decomposition_cases(Runtime& rt, const VendorOpInfo& decl, con
         spec.note = "(reference: its decomposition on " + ref->name() + ")";
         for (size_t i = 0; i < shapes.size(); ++i)
           spec.inputs.push_back({"x" + std::to_string(i), kernel.in(i), shapes[i],
-                                 fill_uniform(decl.test_range[0], decl.test_range[1])});
+                                 decl.test_ranges.empty()
+                                     ? fill_uniform(decl.test_range[0], decl.test_range[1])
+                                     : fill_uniform(decl.test_ranges[i][0], decl.test_ranges[i][1])});
         spec.reference = [&rt, ref, op, n_out](const std::vector<const HostTensor*>& in, const Json& prm) {
           Graph g;
           std::map<std::string, HostTensor> feed;

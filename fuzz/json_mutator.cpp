@@ -45,7 +45,7 @@ const char* const kWords[] = {
     // manifests
     "file_format_version", "1.0.0", "plugin", "version", "library_path", "abi_version", "1.3", "device_kind",
     "device_kinds", "description", "kernels", "dtypes", "layouts", "strided", "bundle_slots", "variadic", "vendor_ops",
-    "decomposition", "test_shapes", "test_params", "test_range", "tolerance", "elementwise", "reduction", "accelerator",
+    "decomposition", "test_shapes", "test_params", "test_range", "test_ranges", "tolerance", "elementwise", "reduction", "accelerator",
     "gpu", "$x.shape[-1] / 2", "$scale", "$times * 2 - 1", "x", "y", "lib.so", "../lib.so", "/abs.so"};
 
 const double kNumbers[] = {0, 1, -1, 2, 3, 8, 0.5, -0.5, 1e-5, 65504, 65505, 1e38, 3.5e38, -3.5e38, 1e308,

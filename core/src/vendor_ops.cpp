@@ -279,6 +279,16 @@ VendorOpInfo parse_vendor_op_unchecked(const Json& j, const std::string& where_i
     if (!(op.test_range[0] < op.test_range[1]))
       throw Error(where + ": test_range must be [lo, hi] with lo < hi");
   }
+  if (j.contains("test_ranges")) {
+    if (!j["test_ranges"].is_array() || j["test_ranges"].size() != op.inputs.size())
+      throw Error(where + ": test_ranges gives one [lo, hi] per input (" + std::to_string(op.inputs.size()) + ")");
+    for (const auto& r : j["test_ranges"]) {
+      if (!r.is_array() || r.size() != 2 || !r[0].is_number() || !r[1].is_number() ||
+          !(r[0].get<double>() < r[1].get<double>()))
+        throw Error(where + ": each test_ranges entry must be [lo, hi] with lo < hi, found " + r.dump());
+      op.test_ranges.push_back({r[0].get<double>(), r[1].get<double>()});
+    }
+  }
   if (j.contains("test_shapes"))
     for (const auto& c : j["test_shapes"]) {
       if (c.size() != op.inputs.size())

@@ -36,6 +36,7 @@
 struct DLManagedTensor;
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -286,6 +287,9 @@ struct VendorOpInfo {
   std::vector<std::vector<Shape>> test_shapes;  // conformance cases: one shape per input
   std::vector<Json> test_params;                // conformance: each shape with each of these (default: {})
   double test_range[2] = {-2.0, 2.0};           // conformance: inputs drawn uniformly from [lo, hi)
+  // "test_ranges": one [lo, hi) per input, in place of test_range (integer
+  // inputs: the integers in it), for inputs that live on different scales.
+  std::vector<std::array<double, 2>> test_ranges;
   std::string tolerance = "reduction";          // docs/ops.md class: "elementwise" or "reduction"
   bool has_decomposition() const { return decomposition.is_object(); }
 };
