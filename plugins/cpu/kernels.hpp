@@ -35,6 +35,7 @@ void register_conv(sdk::KernelTable& t);    // conv2d and the fused convolutions
 void register_pool(sdk::KernelTable& t);
 void register_index(sdk::KernelTable& t);
 void register_scan(sdk::KernelTable& t);
+void register_quant(sdk::KernelTable& t);
 // Rows registered in the middle of register_reduce's, so the table keeps its
 // order (the manifest lists it): softmax and log_softmax, then cumsum, then
 // layer_norm.

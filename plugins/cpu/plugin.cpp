@@ -101,6 +101,7 @@ const sdk::KernelTable& table() {
     register_pool(k);
     register_index(k);
     register_scan(k);
+    register_quant(k);
     return k;
   }();
   return t;
