@@ -23,9 +23,14 @@ is compiled once; only `tok` and `pos` change between runs.
 `--device vulkan0,cpu` is the split: the embedding lookup and the sampling
 (argmax) pinned to the CPU, the blocks on vulkan0.
 
+`--dtype q8|q4` stores every product's weight in 8- or 4-bit blocks of 32
+with one f16 scale (docs/ops.md, Quantized weights), run by the CPU
+plugin's cpu.matmul_q8/q4 (other devices run their decomposition).
+
 `--check` runs the same weights in PyTorch eager (its own cache grown with
-torch.cat) and exits 1 unless the generated tokens are identical and the
-last step's logits agree within 1e-3 of their largest magnitude.
+torch.cat; for q8/q4 the weights the blocks decode to) and exits 1 unless
+the generated tokens are identical and the last step's logits agree within
+1e-3 of their largest magnitude.
 """
 
 import argparse
@@ -66,9 +71,49 @@ def make_weights(cfg, seed):
     return w
 
 
-def step_graph(cfg, w, split):
+# The weights of the products (not the embeddings or the norms).
+def is_product_weight(name):
+    return name == "head" or name.rsplit(".", 1)[-1] in ("wq", "wk", "wv", "wo", "w1", "w2")
+
+
+def quantize(wt, bits):
+    """A weight W [K, N] in blocks of 32 along K (docs/ops.md, Quantized
+    weights): (q, s) for cpu.matmul_q8/q4, and W as the blocks give it back."""
+    k, n = wt.shape
+    blocks = wt.T.reshape(n, k // 32, 32).astype(np.float32)
+    top = 127 if bits == 8 else 7
+    s = (np.abs(blocks).max(axis=2, keepdims=True) / top).astype(np.float16)
+    sf = s.astype(np.float32)
+    v = np.clip(np.rint(np.divide(blocks, sf, out=np.zeros_like(blocks), where=sf != 0)), -top - (bits == 4), top)
+    back = (v * sf).reshape(n, k).T.copy()
+    if bits == 8:
+        return v.astype(np.int8).reshape(n, k), s.reshape(n, k // 32), back
+    u = (v + 8).astype(np.uint8)
+    packed = u[:, :, :16] | (u[:, :, 16:] << 4)
+    return packed.reshape(n, k // 2), s.reshape(n, k // 32), back
+
+
+def prepare(w, dtype):
+    """The graph's constants for `dtype`, and the f32 weights they stand for
+    (PyTorch's reference runs those)."""
+    if dtype == "f32":
+        return dict(w), w
+    bits = 8 if dtype == "q8" else 4
+    consts, ref = {}, {}
+    for name, value in w.items():
+        if is_product_weight(name):
+            q, s, back = quantize(value, bits)
+            consts[name + ".q"], consts[name + ".s"] = q, s
+            ref[name] = back
+        else:
+            consts[name] = ref[name] = value
+    return consts, ref
+
+
+def step_graph(cfg, w, split, dtype="f32"):
     """One token at position `pos`: the logits, the next token (argmax), and
-    every layer's caches with the token's row written in."""
+    every layer's caches with the token's row written in. `w` holds the
+    constants prepare() gives for `dtype`."""
     d, h, s = cfg["d"], cfg["heads"], cfg["max_seq"]
     hd = d // h
     cpu = "cpu" if split else ""
@@ -81,6 +126,13 @@ def step_graph(cfg, w, split):
     g.constant("zero", np.zeros(1, np.float32))
     g.constant("neg_inf", np.full(1, -np.inf, np.float32))
     g.constant("scale", np.full(1, 1.0 / np.sqrt(hd), np.float32))
+
+    def product(name, x, weight):
+        if dtype == "f32":
+            g.node(name, "matmul", [x, weight])
+        else:
+            g.node(name, "cpu.matmul_" + dtype, [x, weight + ".q", weight + ".s"])
+
     g.node("te", "index_select", ["tok_emb", "tok"], {"dim": 0}, device=cpu)
     g.node("pe", "index_select", ["pos_emb", "pos"], {"dim": 0}, device=cpu)
     g.node("x0", "add", ["te", "pe"], device=cpu)
@@ -95,7 +147,7 @@ def step_graph(cfg, w, split):
         g.input(vin, "f32", [s, d])
         g.node(p + "h", "layer_norm", [x, p + "ln1.w", p + "ln1.b"], {"dims": [-1]})
         for n in ("q", "k", "v"):
-            g.node(p + n, "matmul", [p + "h", p + "w" + n])
+            product(p + n, p + "h", p + "w" + n)
         g.node(kin + "_out", "slice_update", [kin, p + "k", "pos"], {"dim": 0})
         g.node(vin + "_out", "slice_update", [vin, p + "v", "pos"], {"dim": 0})
         # Heads: q [h, 1, hd]; keys [h, hd, s]; values [h, s, hd] (views).
@@ -110,18 +162,18 @@ def step_graph(cfg, w, split):
         g.node(p + "probs", "softmax", [p + "masked"], {"dim": -1})
         g.node(p + "ctx", "matmul", [p + "probs", p + "vt"])
         g.node(p + "ctx2", "reshape", [p + "ctx"], {"shape": [1, d]})
-        g.node(p + "attn", "matmul", [p + "ctx2", p + "wo"])
+        product(p + "attn", p + "ctx2", p + "wo")
         g.node(p + "x1", "add", [x, p + "attn"])
         g.node(p + "h2", "layer_norm", [p + "x1", p + "ln2.w", p + "ln2.b"], {"dims": [-1]})
-        g.node(p + "up", "matmul", [p + "h2", p + "w1"])
+        product(p + "up", p + "h2", p + "w1")
         g.node(p + "act", "gelu", [p + "up"])
-        g.node(p + "down", "matmul", [p + "act", p + "w2"])
+        product(p + "down", p + "act", p + "w2")
         g.node(p + "x2", "add", [p + "x1", p + "down"])
         g.output(kin + "_out")
         g.output(vin + "_out")
         x = p + "x2"
     g.node("hf", "layer_norm", [x, "lnf.w", "lnf.b"], {"dims": [-1]})
-    g.node("logits", "matmul", ["hf", "head"])
+    product("logits", "hf", "head")
     g.node("next", "argmax", ["logits"], {"dim": -1}, device=cpu)
     g.output("logits")
     g.output("next")
@@ -131,10 +183,10 @@ def step_graph(cfg, w, split):
 class Generator:
     """A compiled step plan and its caches (device Tensors, bound in place)."""
 
-    def __init__(self, cfg, w, device):
+    def __init__(self, cfg, w, device, dtype="f32"):
         self.cfg = cfg
         split = "," in device
-        self.plan = backplane.compile(step_graph(cfg, w, split), device)
+        self.plan = backplane.compile(step_graph(cfg, w, split, dtype), device)
         self.caches = []
         zeros = np.zeros((cfg["max_seq"], cfg["d"]), np.float32)
         for i in range(cfg["layers"]):
@@ -235,7 +287,8 @@ def torch_generate(cfg, w, prompt, n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="a device or a list (vulkan0,cpu: the split)")
-    ap.add_argument("--dtype", default="f32", choices=["f32"], help="weights' dtype (bf16, q8 and q4: not yet)")
+    ap.add_argument("--dtype", default="f32", choices=["f32", "q8", "q4"],
+                    help="the products' weights: f32, or 8-/4-bit blocks of 32 with an f16 scale (bf16: not yet)")
     ap.add_argument("--tokens", type=int, default=16, help="tokens to generate")
     ap.add_argument("--prompt", default="1,2,3,4", help="prompt token ids, comma-separated")
     ap.add_argument("--size", default="small", choices=sorted(SIZES))
@@ -266,10 +319,13 @@ def main():
         w = make_weights(cfg, args.seed)
     prompt = [int(x) % cfg["vocab"] for x in args.prompt.split(",") if x.strip()]
     params = sum(v.size for v in w.values())
+    consts, ref_w = prepare(w, args.dtype)
+    read = sum(v.nbytes for k, v in consts.items() if not k.endswith("_emb"))
     print(f"decoder: d={cfg['d']}, {cfg['layers']} layers, {cfg['heads']} heads, vocabulary {cfg['vocab']}, "
-          f"max_seq {cfg['max_seq']}: {params / 1e6:.1f} M parameters ({args.dtype})")
+          f"max_seq {cfg['max_seq']}: {params / 1e6:.1f} M parameters ({args.dtype}: "
+          f"{read / 2**20:.1f} MiB read per token)")
 
-    gen = Generator(cfg, w, args.device)
+    gen = Generator(cfg, consts, args.device, args.dtype)
     in_place = gen.in_place()
     on = gen.placement()
     print("placement:", ", ".join(f"{n} nodes on {d}" for d, n in sorted(on.items())))
@@ -286,7 +342,7 @@ def main():
         print(f"FAIL: nodes ran on {sorted(on)}, the list is {args.device}", file=sys.stderr)
         ok = False
     if args.check:
-        ref, ref_logits, torch_rate = torch_generate(cfg, w, prompt, args.tokens)
+        ref, ref_logits, torch_rate = torch_generate(cfg, ref_w, prompt, args.tokens)
         logits = gen.plan.output("logits")
         err = float(np.max(np.abs(logits - ref_logits)))
         bound = 1e-3 * float(np.max(np.abs(ref_logits)))
