@@ -71,10 +71,12 @@ template <bool Q4> void rows_scalar(const QuantArgs& g, int64_t n0, int64_t n1) 
 // widen_block in two 16-lane vectors: elements 0-15 and 16-31.
 template <bool Q4> BP_QUANT_AVX512 inline void widen_block_avx512(const uint8_t* row, int64_t b, __m512& lo, __m512& hi) {
   if constexpr (Q4) {
+    // A nibble u indexes a table of u - 8: the permute reads only the low 4
+    // bits of each lane, so neither a mask nor a conversion is needed.
+    const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 16)));
-    const __m512 eight = _mm512_set1_ps(8.0f);
-    lo = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0xF))), eight);
-    hi = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), eight);
+    lo = _mm512_permutexvar_ps(v, table);
+    hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
   } else {
     const __m128i* p = reinterpret_cast<const __m128i*>(row + b * kBlock);
     lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p)));
