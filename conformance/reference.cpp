@@ -75,12 +75,27 @@ int64_t load_i64(const HostTensor& t, int64_t i) {
   }
 }
 
+// v rounded to float with round-to-odd (an inexact result keeps its last
+// bit set), so that rounding that float to f16 or bf16 (nearest even) equals
+// one rounding of v: the float keeps more than two bits beyond either, and
+// the odd bit stands for everything the first rounding dropped.
+float to_float_odd(double v) {
+  float f = static_cast<float>(v);
+  if (std::isfinite(v) && std::isfinite(f) && static_cast<double>(f) != v) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    if ((b & 1u) == 0) b = std::fabs(static_cast<double>(f)) > std::fabs(v) ? b - 1 : b + 1;
+    std::memcpy(&f, &b, 4);
+  }
+  return f;
+}
+
 void store_f64(HostTensor& t, int64_t i, double v) {
   switch (t.dtype) {
     case BP_DTYPE_F32: write_as<float>(t, i, static_cast<float>(v)); return;
     case BP_DTYPE_F64: write_as<double>(t, i, v); return;
-    case BP_DTYPE_F16: write_as<uint16_t>(t, i, float_to_f16(static_cast<float>(v))); return;
-    case BP_DTYPE_BF16: write_as<uint16_t>(t, i, float_to_bf16(static_cast<float>(v))); return;
+    case BP_DTYPE_F16: write_as<uint16_t>(t, i, float_to_f16(to_float_odd(v))); return;
+    case BP_DTYPE_BF16: write_as<uint16_t>(t, i, float_to_bf16(to_float_odd(v))); return;
     default: throw std::invalid_argument("store_f64 on an integer dtype");
   }
 }
@@ -102,8 +117,8 @@ double round_to_dtype(double v, bp_dtype d) {
   switch (d) {
     case BP_DTYPE_F64: return v;
     case BP_DTYPE_F32: return static_cast<float>(v);
-    case BP_DTYPE_F16: return f16_to_float(float_to_f16(static_cast<float>(v)));
-    case BP_DTYPE_BF16: return bf16_to_float(float_to_bf16(static_cast<float>(v)));
+    case BP_DTYPE_F16: return f16_to_float(float_to_f16(to_float_odd(v)));
+    case BP_DTYPE_BF16: return bf16_to_float(float_to_bf16(to_float_odd(v)));
     default: throw std::invalid_argument("round_to_dtype on an integer dtype");
   }
 }

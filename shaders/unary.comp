@@ -66,7 +66,7 @@ DECL_RW(3, o, OUT_DT)
 
 CT op(CT x) {
   if (OP == 0) return -x;
-  if (OP == 1) return x < CT(0) ? -x : x;
+  if (OP == 1) return x < CT(0) ? -x : (x == CT(0) ? CT(0) : x);  // abs(-0) is +0
   if (OP == 2) {
 #ifdef IN_FLOAT
     if (isnan(x) || x == CT(0)) return x;
@@ -101,7 +101,7 @@ CT op(CT x) {
   }
 #endif
   if (OP == 15) return roundEven(x);
-  if (OP == 16) return (x > CT(0) || isnan(x)) ? x : CT(0);
+  if (OP == 16) return x < CT(0) ? CT(0) : x;  // NaN and -0 stay (PyTorch's relu)
   if (OP == 23) return param_in(0) * x + param_in(PWORDS);
 #if HAS_OP(7)
   if (OP == 7) return M_EXP(x);
