@@ -10,17 +10,27 @@ namespace backplane::conformance {
 
 Tolerance tolerance_for(bp_dtype dtype, TolClass cls) {
   switch (dtype) {
-    case BP_DTYPE_F64: return cls == TolClass::Exact ? Tolerance{} : Tolerance{1e-12, 1e-12};
+    case BP_DTYPE_F64:
+    case BP_DTYPE_F32:
+    case BP_DTYPE_F16:
+    case BP_DTYPE_BF16:
+      if (cls == TolClass::Exact) return {0, 0, true};
+      if (cls == TolClass::Selection) return {0, 0, false};
+      break;
+    default: return {};
+  }
+  switch (dtype) {
+    case BP_DTYPE_F64: return {1e-12, 1e-12};
     case BP_DTYPE_F32: return cls == TolClass::Compound ? Tolerance{1e-4, 1e-6} : Tolerance{1e-5, 1e-6};
     case BP_DTYPE_F16: return {1e-2, 1e-2};
-    case BP_DTYPE_BF16: return {2e-2, 2e-2};
-    default: return {};
+    default: return {2e-2, 2e-2};
   }
 }
 
 const char* tol_class_name(TolClass cls) {
   switch (cls) {
     case TolClass::Exact: return "exact";
+    case TolClass::Selection: return "selection";
     case TolClass::Elementwise: return "elementwise";
     case TolClass::Compound: return "compound";
   }
@@ -86,14 +96,15 @@ CheckResult compare(const RefTensor& got, const RefTensor& want, const Tolerance
       r.worst_abs = std::max(r.worst_abs, abs_err);
       if (std::fabs(w) > tol.abs) r.worst_rel = std::max(r.worst_rel, rel_err);
       if (tol.exact()) {
-        pass = abs_err == 0;
+        pass = abs_err == 0 && !(tol.signed_zero && w == 0 && std::signbit(g) != std::signbit(w));
+        if (!pass && abs_err == 0) why = " (the sign of zero differs)";
         r.worst_ratio = std::max(r.worst_ratio, abs_err == 0 ? 0.0 : INFINITY);
       } else {
         const double ratio = std::min(tol.abs > 0 ? abs_err / tol.abs : INFINITY, tol.rel > 0 ? rel_err / tol.rel : INFINITY);
         r.worst_ratio = std::max(r.worst_ratio, ratio);
         pass = abs_err <= tol.abs || rel_err <= tol.rel;
       }
-      if (!pass) {
+      if (!pass && why.empty()) {
         why = " (abs err " + value_str(abs_err) + ", rel err " + value_str(rel_err) + "; tol rel " + value_str(tol.rel) +
               " abs " + value_str(tol.abs) + ")";
       }

@@ -9,7 +9,9 @@ namespace backplane::conformance {
 
 // The op classes docs/ops.md gives different tolerances.
 enum class TolClass {
-  Exact,        // arithmetic IEEE defines exactly and data movement: f64 exact
+  Exact,        // data movement and IEEE-exact results: bit for bit, zeros' signs too
+  Selection,    // one of the inputs' elements picked by comparison (max_pool2d):
+                // exact, but which zero is the larger of -0 and +0 is not specified
   Elementwise,  // single elementwise ops: f32 rel 1e-5
   Compound,     // reductions, matmul, conv, softmax, scans, norms: f32 rel 1e-4
 };
@@ -17,12 +19,16 @@ enum class TolClass {
 struct Tolerance {
   double rel = 0;
   double abs = 0;
+  // Exact, and a zero must keep its sign: results that are copies of input
+  // elements (layouts, gathers, concat, slice_update, max pooling, bundles).
+  bool signed_zero = false;
   bool exact() const { return rel == 0 && abs == 0; }
 };
 
-// docs/ops.md: integers and bool exact; f64 exact for the Exact class, else
-// 1e-12; f32 1e-5 (elementwise) or 1e-4 (compound), abs 1e-6; f16 1e-2;
-// bf16 2e-2 (rel and abs).
+// docs/ops.md: integers and bool exact; the Exact class (data movement) bit
+// for bit in every float dtype, the sign of zero included (NaN payloads
+// aside); f64 1e-12 otherwise; f32 1e-5 (elementwise) or 1e-4 (compound),
+// abs 1e-6; f16 1e-2; bf16 2e-2 (rel and abs).
 Tolerance tolerance_for(bp_dtype dtype, TolClass cls);
 const char* tol_class_name(TolClass cls);
 
@@ -37,7 +43,7 @@ struct CheckResult {
 
 // An element passes when relative OR absolute error is within bound; NaN
 // must meet NaN, an infinity the same infinity; integers must be equal.
-// The sign of a zero is not compared.
+// The sign of a zero is compared only with signed_zero (the Exact class).
 CheckResult compare(const RefTensor& got, const RefTensor& want, const Tolerance& tol);
 CheckResult compare(const HostTensor& got, const RefTensor& want, const Tolerance& tol);
 

@@ -834,3 +834,42 @@ TEST_CASE("outputs larger than the cache", "[ops][large]") {
     CHECK(w.err <= 1e-6);  // probabilities: abs 1e-6 (docs/ops.md): the error is relative to max(1, |want|)
   });
 }
+
+// Catches the reference rounding an f64 result to f16/bf16 twice (through
+// float), which docs/ops.md forbids: each value lies just above the halfway
+// point between two 16-bit neighbours, so one rounding goes up, while the
+// float in between lands exactly on the halfway point and ties to even (down).
+TEST_CASE("the reference rounds f64 to f16 and bf16 once", "[ops][conformance]") {
+  const double bf = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30);
+  CHECK(static_cast<double>(static_cast<float>(bf)) == 1.0 + std::ldexp(1.0, -8));  // the float is the tie
+  CHECK(bc::round_to_dtype(bf, BP_DTYPE_BF16) == 1.0 + std::ldexp(1.0, -7));
+  CHECK(bc::round_to_dtype(-bf, BP_DTYPE_BF16) == -(1.0 + std::ldexp(1.0, -7)));
+  const double h = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -30);
+  CHECK(bc::round_to_dtype(h, BP_DTYPE_F16) == 1.0 + std::ldexp(1.0, -10));
+  // Below the halfway point both ways agree; an exact tie still goes to even.
+  CHECK(bc::round_to_dtype(1.0 + std::ldexp(1.0, -11) - std::ldexp(1.0, -30), BP_DTYPE_F16) == 1.0);
+  CHECK(bc::round_to_dtype(1.0 + std::ldexp(1.0, -11), BP_DTYPE_F16) == 1.0);
+  // f16 subnormals: 2^-24 is the smallest; 1.5 * 2^-24 ties to even (2^-23).
+  CHECK(bc::round_to_dtype(std::ldexp(1.0, -24), BP_DTYPE_F16) == std::ldexp(1.0, -24));
+  CHECK(bc::round_to_dtype(1.5 * std::ldexp(1.0, -24), BP_DTYPE_F16) == std::ldexp(1.0, -23));
+  CHECK(bc::round_to_dtype(std::ldexp(1.0, -26), BP_DTYPE_F16) == 0.0);
+}
+
+// Catches a check that lets a copy lose the sign of zero, and one that
+// compares it for a max whose zero sign is unspecified.
+TEST_CASE("exact copies compare the sign of zero; selections do not", "[ops][conformance]") {
+  bc::RefTensor want(BP_DTYPE_F32, {2});
+  want.f = {-0.0, 1.0};
+  bc::RefTensor got = want;
+  got.f[0] = 0.0;
+  const auto exact = bc::tolerance_for(BP_DTYPE_F32, bc::TolClass::Exact);
+  CHECK_FALSE(bc::compare(got, want, exact).ok);
+  CHECK(bc::compare(got, want, exact).message.find("sign of zero") != std::string::npos);
+  CHECK(bc::compare(got, want, bc::tolerance_for(BP_DTYPE_F32, bc::TolClass::Selection)).ok);
+  for (bp_dtype d : {BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F64}) {
+    bc::RefTensor w(d, {1}), g(d, {1});
+    w.f = {0.5};
+    g.f = {0.5 + 1e-3};
+    CHECK_FALSE(bc::compare(g, w, bc::tolerance_for(d, bc::TolClass::Exact)).ok);  // 1e-2 used to pass it
+  }
+}
