@@ -135,7 +135,7 @@ void softmax_cases(CaseContext& ctx, const std::string& op) {
     OpSpec s;
     s.op = op;
     s.params = sp.params;
-    s.tol = TolClass::Compound;
+    s.tol = op == "softmax" ? TolClass::Probability : TolClass::Compound;
     s.inputs = {{"x", d, sp.shape, fill_uniform(-5, 5)}};
     ctx.add(s);
   }

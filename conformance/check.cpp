@@ -19,6 +19,16 @@ Tolerance tolerance_for(bp_dtype dtype, TolClass cls) {
       break;
     default: return {};
   }
+  // Probabilities of a row of 1024 are ~1e-3: an absolute floor of 1e-2
+  // would pass a softmax of zeros.
+  if (cls == TolClass::Probability) {
+    switch (dtype) {
+      case BP_DTYPE_F64: return {1e-12, 1e-15};
+      case BP_DTYPE_F32: return {1e-4, 1e-8};
+      case BP_DTYPE_F16: return {1e-2, 1e-5};
+      default: return {2e-2, 1e-5};
+    }
+  }
   switch (dtype) {
     case BP_DTYPE_F64: return {1e-12, 1e-12};
     case BP_DTYPE_F32: return cls == TolClass::Compound ? Tolerance{1e-4, 1e-6} : Tolerance{1e-5, 1e-6};
@@ -31,6 +41,7 @@ const char* tol_class_name(TolClass cls) {
   switch (cls) {
     case TolClass::Exact: return "exact";
     case TolClass::Selection: return "selection";
+    case TolClass::Probability: return "probability";
     case TolClass::Elementwise: return "elementwise";
     case TolClass::Compound: return "compound";
   }

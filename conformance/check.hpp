@@ -13,7 +13,8 @@ enum class TolClass {
   Selection,    // one of the inputs' elements picked by comparison (max_pool2d):
                 // exact, but which zero is the larger of -0 and +0 is not specified
   Elementwise,  // single elementwise ops: f32 rel 1e-5
-  Compound,     // reductions, matmul, conv, softmax, scans, norms: f32 rel 1e-4
+  Compound,     // reductions, matmul, conv, scans, norms: f32 rel 1e-4
+  Probability,  // softmax: Compound's relative bounds, absolute floors far below 1/row's length
 };
 
 struct Tolerance {

@@ -873,3 +873,20 @@ TEST_CASE("exact copies compare the sign of zero; selections do not", "[ops][con
     CHECK_FALSE(bc::compare(g, w, bc::tolerance_for(d, bc::TolClass::Exact)).ok);  // 1e-2 used to pass it
   }
 }
+
+// Catches a softmax of zeros passing: a row of 1000 probabilities of 1e-3
+// is within the f16/bf16 absolute floor (1e-2) of zero, not within the
+// probability bounds.
+TEST_CASE("softmax results are held to bounds that see small probabilities", "[ops][conformance]") {
+  for (bp_dtype d : {BP_DTYPE_F16, BP_DTYPE_BF16, BP_DTYPE_F32}) {
+    bc::RefTensor want(d, {1000}), zeros(d, {1000}), close(d, {1000});
+    for (int64_t k = 0; k < 1000; ++k) {
+      want.f[static_cast<size_t>(k)] = 1e-3;
+      close.f[static_cast<size_t>(k)] = 1e-3 * (1 + 5e-5);
+    }
+    INFO(backplane::dtype_name(d));
+    if (d != BP_DTYPE_F32) CHECK(bc::compare(zeros, want, bc::tolerance_for(d, bc::TolClass::Compound)).ok);
+    CHECK_FALSE(bc::compare(zeros, want, bc::tolerance_for(d, bc::TolClass::Probability)).ok);
+    CHECK(bc::compare(close, want, bc::tolerance_for(d, bc::TolClass::Probability)).ok);
+  }
+}
