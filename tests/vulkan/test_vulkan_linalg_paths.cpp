@@ -122,7 +122,7 @@ void matmul_ref(const HostTensor& a, const HostTensor& b, bool a_t, bool b_t, in
           sa += std::abs(p);
         }
         ref[(t * M + m) * N + n] = s;
-        scale[(t * M + m) * N + n] = sa;
+        scale[(t * M + m) * N + n] = static_cast<double>(K) * sa;
       }
 }
 
@@ -228,6 +228,7 @@ TEST_CASE("vulkan paths: conv2d's direct form at edges, with padding, stride, di
           for (int64_t oh = 0; oh < OH; ++oh)
             for (int64_t ow = 0; ow < OW; ++ow) {
               double acc = s.bias ? in.at("bias").get(o) : 0.0, sa = std::abs(acc);
+              int64_t terms = s.bias ? 1 : 0;
               const int64_t grp = o / og;
               for (int64_t c = 0; c < cg; ++c)
                 for (int64_t kh = 0; kh < s.KH; ++kh)
@@ -238,10 +239,11 @@ TEST_CASE("vulkan paths: conv2d's direct form at edges, with padding, stride, di
                                      w.get(((o * cg + c) * s.KH + kh) * s.KW + kw);
                     acc += p;
                     sa += std::abs(p);
+                    ++terms;
                   }
               const int64_t i = ((n * s.O + o) * OH + oh) * OW + ow;
               ref[i] = acc;
-              scale[i] = sa;
+              scale[i] = static_cast<double>(terms) * sa;
             }
       const auto got = run_on(*dv.rt, *dv.vk, g, in);
       REQUIRE(got.at("y").shape == Shape({s.N, s.O, OH, OW}));
