@@ -53,7 +53,7 @@ std::vector<UnaryOp> unary_ops() {
       {"floor", false, -10, 10, {kInf, -kInf, kNegZero}, TolClass::Exact, {Json::object()}, fill_halves()},
       {"ceil", false, -10, 10, {kInf, -kInf, kNegZero}, TolClass::Exact, {Json::object()}, fill_halves()},
       {"round", false, -10, 10, {kInf, -kInf, kNegZero}, TolClass::Exact, {Json::object()}, fill_halves()},
-      {"relu", false, -10, 10, nan_inf, TolClass::Exact},
+      {"relu", false, -10, 10, nan_inf, TolClass::Selection},  // relu(-0): either zero
       {"sigmoid", false, -10, 10, {}, TolClass::Elementwise},
       {"silu", false, -10, 10, {}, TolClass::Elementwise},
       {"softplus", false, -20, 20, {}, TolClass::Elementwise},

@@ -48,7 +48,7 @@ std::optional<double> unary_float(const std::string& op, double x, const Json& p
   if (op == "round") return round_half_even(x);
   if (op == "relu") {
     if (std::isnan(x)) return x;
-    return x < 0 ? 0.0 : x;  // -0 stays -0 (PyTorch's relu)
+    return x < 0 ? 0.0 : x;  // -0 stays -0 (PyTorch's relu; the sign is not compared)
   }
   if (op == "sigmoid") return sigmoid(x);
   if (op == "silu") return x * sigmoid(x);

@@ -28,25 +28,43 @@ float d2f_odd(double d) {
 
 #if !defined(IN_FLOAT) && (OUT_DT == DT_F16 || OUT_DT == DT_BF16)
 // integer -> float rounded to odd, so that the rounding to f16/bf16 is the
-// only one (a plain int -> f32 -> bf16 may round twice above 2^24).
+// only one (a plain int -> f32 -> bf16 may round twice above 2^24): the top
+// 24 significant bits, the last one set when any bit below was. Integer
+// operations only: lavapipe folded uint(float(a)) == a, so a round trip
+// could not tell an inexact conversion (1228931073 -> bf16 came out one
+// unit low).
 #ifdef IN_LC
 float i2f_odd(int64_t x) {
-  uint64_t a = x < 0 ? uint64_t(-x) : uint64_t(x);
-  float f = float(a);
-  uint64_t back = uint64_t(f);
-#else
-float i2f_odd(int x) {
-  uint a = x < 0 ? uint(-x) : uint(x);
-  float f = float(a);
-  uint back = uint(f);
-#endif
-  if (back != a) {
-    uint u = floatBitsToUint(f);
-    if (back > a) u -= 1u;
-    f = uintBitsToFloat(u | 1u);
+  uint64_t a = x < 0 ? uint64_t(0) - uint64_t(x) : uint64_t(x);
+  uint hi = uint(a >> 32);
+  int p = hi != 0u ? 32 + findMSB(hi) : findMSB(uint(a));
+  float f;
+  if (p <= 23) {
+    f = float(uint(a));
+  } else {
+    int s = p - 23;
+    uint t = uint(a >> s);
+    if ((a & ((uint64_t(1) << s) - uint64_t(1))) != uint64_t(0)) t |= 1u;
+    f = ldexp(float(t), s);
   }
   return x < 0 ? -f : f;
 }
+#else
+float i2f_odd(int x) {
+  uint a = x < 0 ? 0u - uint(x) : uint(x);
+  int p = findMSB(a);
+  float f;
+  if (p <= 23) {
+    f = float(a);
+  } else {
+    int s = p - 23;
+    uint t = a >> s;
+    if ((a & ((1u << s) - 1u)) != 0u) t |= 1u;
+    f = ldexp(float(t), s);
+  }
+  return x < 0 ? -f : f;
+}
+#endif
 #endif
 
 OT convert(IT x) {

@@ -64,7 +64,7 @@ std::vector<OpSpec> build_table() {
            {"floor", "rounds down"},
            {"ceil", "rounds up"},
            {"round", "rounds to the nearest integer, half to even"},
-           {"relu", "max(x, 0); NaN stays NaN, -0 stays -0 (as PyTorch)"},
+           {"relu", "max(x, 0); NaN stays NaN; relu(-0) may be either zero (PyTorch and both plugins give -0)"},
            {"sigmoid", "1/(1 + exp(-x))"},
            {"silu", "x·sigmoid(x)"},
            {"softplus", "max(x, 0) + log1p(exp(-|x|))"}})
