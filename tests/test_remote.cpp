@@ -5,6 +5,7 @@
 
 #include "backplane_remote.grpc.pb.h"
 #include "codec.hpp"
+#include "remote_test_support.hpp"
 
 #include <backplane/backplane.hpp>
 #include <catch2/catch.hpp>
@@ -267,25 +268,7 @@ TEST_CASE("remote: hostile requests get a refusal each; the server lives on", "[
   const uint64_t buf = a->allocate().buffer();
 
   // A well-formed add of two [2,3] f32 views of `buf` into itself.
-  auto good_call = [&] {
-    rp::Call call;
-    call.set_kernel(add);
-    for (int i = 0; i < 3; ++i) {
-      auto* s = i < 2 ? call.add_inputs() : call.add_outputs();
-      s->set_buffer(buf);
-      s->set_byte_size(24);
-      s->set_dtype(BP_DTYPE_F32);
-    }
-    for (int i = 0; i < 3; ++i) {
-      auto* l = call.add_layouts();
-      l->add_shape(2);
-      l->add_shape(3);
-      l->add_strides(3);
-      l->add_strides(1);
-    }
-    call.mutable_params()->set_kind(BP_PARAMS_NONE);
-    return call;
-  };
+  auto good_call = [&] { return backplane::remotetest::add_call(add, buf); };
   auto batch_with = [&](const rp::Call& call) {
     rp::Request r;
     *r.mutable_batch()->add_calls() = call;

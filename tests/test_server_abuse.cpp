@@ -9,6 +9,7 @@
 
 #include "backplane_remote.grpc.pb.h"
 #include "codec.hpp"
+#include "remote_test_support.hpp"
 
 #include <backplane/backplane.hpp>
 #include <catch2/catch.hpp>
@@ -243,26 +244,7 @@ uint32_t add_kernel(const rp::Response& h) {
   return UINT32_MAX;
 }
 
-// out = a + a on a [2,3] f32 view of `buf` (in place).
-rp::Call add_call(uint32_t kernel, uint64_t buf) {
-  rp::Call call;
-  call.set_kernel(kernel);
-  for (int i = 0; i < 3; ++i) {
-    auto* s = i < 2 ? call.add_inputs() : call.add_outputs();
-    s->set_buffer(buf);
-    s->set_byte_size(24);
-    s->set_dtype(BP_DTYPE_F32);
-  }
-  for (int i = 0; i < 3; ++i) {
-    auto* l = call.add_layouts();
-    l->add_shape(2);
-    l->add_shape(3);
-    l->add_strides(3);
-    l->add_strides(1);
-  }
-  call.mutable_params()->set_kind(BP_PARAMS_NONE);
-  return call;
-}
+using backplane::remotetest::add_call;
 
 // A Batch of `n` empty calls: 2 bytes each on the wire.
 rp::Request empty_calls(int n) {
