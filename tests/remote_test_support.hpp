@@ -6,9 +6,45 @@
 
 #include <backplane/abi.h>
 
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
 
 namespace backplane::remotetest {
+
+// A new private directory under the system's temporary one.
+inline std::string make_temp_dir(const std::string& prefix) {
+  std::string t = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  REQUIRE(mkdtemp(t.data()) != nullptr);
+  return t;
+}
+
+// Starts args[0] with `args`, its stdout and stderr into the file `log`;
+// `in_child` runs in the child just before exec (limits, environment).
+// The child's pid.
+inline pid_t spawn_logged(std::vector<std::string> args, const std::string& log,
+                          const std::function<void()>& in_child = {}) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    if (in_child) in_child();
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  REQUIRE(pid > 0);
+  return pid;
+}
 
 // out = a + a on a [2, 3] f32 view of buffer `buf` (in place), with the
 // server's f32 add at kernel index `kernel`.

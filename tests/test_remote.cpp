@@ -33,11 +33,7 @@ namespace {
 
 const std::string kBin = std::string(BACKPLANE_BIN_DIR) + "/backplane";
 
-std::string temp_dir() {
-  std::string t = (std::filesystem::temp_directory_path() / "bp-remote-test-XXXXXX").string();
-  REQUIRE(mkdtemp(t.data()) != nullptr);
-  return t;
-}
+std::string temp_dir() { return backplane::remotetest::make_temp_dir("bp-remote-test"); }
 
 // A `backplane serve` child on a unix socket, killed when it goes out of scope.
 struct Server {
@@ -50,19 +46,7 @@ struct Server {
     std::ofstream(dir + "/token") << token << "\n";
     std::vector<std::string> args = {kBin, "serve", "--unix", socket, "--token-file", dir + "/token"};
     args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const std::string log = dir + "/log";
-    pid = fork();
-    if (pid == 0) {
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    REQUIRE(pid > 0);
+    pid = backplane::remotetest::spawn_logged(args, dir + "/log");
     for (int i = 0; i < 300 && !listening(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     INFO(read_log());
     REQUIRE(listening());

@@ -54,9 +54,7 @@ struct LimitedServer {
   pid_t pid = -1;
 
   LimitedServer(const std::vector<std::string>& extra, Limits limits, bool tcp = false) {
-    std::string t = (std::filesystem::temp_directory_path() / "bp-abuse-XXXXXX").string();
-    REQUIRE(mkdtemp(t.data()) != nullptr);
-    dir = t;
+    dir = backplane::remotetest::make_temp_dir("bp-abuse");
     socket = dir + "/sock";
     std::ofstream(dir + "/token") << kToken << "\n";
     std::vector<std::string> args = {kServeBin, "serve", "--token-file", dir + "/token", "--plugin", "cpu"};
@@ -64,15 +62,7 @@ struct LimitedServer {
                                                : std::vector<std::string>{"--unix", socket};
     args.insert(args.end(), where.begin(), where.end());
     args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const std::string log = dir + "/log";
-    pid = fork();
-    if (pid == 0) {
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      dup2(fd, 1);
-      dup2(fd, 2);
+    pid = backplane::remotetest::spawn_logged(args, dir + "/log", [&] {
       // Few malloc arenas: the address-space limit then leaves room for
       // what a request needs, not for per-thread reservations.
       setenv("MALLOC_ARENA_MAX", "2", 1);
@@ -84,10 +74,7 @@ struct LimitedServer {
         rlimit r{limits.address, limits.address};
         setrlimit(RLIMIT_AS, &r);
       }
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    REQUIRE(pid > 0);
+    });
     for (int i = 0; i < 500 && !listening() && alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (!listening()) {
       // A constructor that fails runs no destructor: end the child here.
