@@ -148,11 +148,9 @@ template <bool Q4> struct MatmulQK {
           for (int64_t n = 0; n < N; ++n) g.y[m * g.ldy + n] = 0.0f;
         return;
       }
-      // Rows of the weight split over the threads in multiples of 4.
-      const int64_t per_row = M * K;
-      const int64_t grain = std::max<int64_t>(4, (kGrain / std::max<int64_t>(per_row, 1) + 3) / 4 * 4);
+      // Groups of 4 weight rows split over the threads, ~kGrain products a task.
       const bool wide = isa() == Isa::avx512;
-      pfor(c, (N + 3) / 4, std::max<int64_t>(1, grain / 4), [&](int64_t b, int64_t e) {
+      pfor(c, (N + 3) / 4, std::max<int64_t>(1, kGrain / (4 * M * K)), [&](int64_t b, int64_t e) {
         const int64_t n0 = b * 4, n1 = std::min(N, e * 4);
         if (wide)
           rows_avx512<Q4>(g, n0, n1);
