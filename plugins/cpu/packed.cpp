@@ -42,11 +42,19 @@ std::shared_ptr<const void> find(const Call& c, size_t i, const std::string& key
 
 std::shared_ptr<const void> keep(const Call& c, size_t i, const std::string& key, std::shared_ptr<const void> obj) {
   Store& s = store();
-  std::lock_guard<std::mutex> lk(s.mu);
-  auto& list = s.by_buffer[c.in[i].buffer_handle];
-  for (const Entry& e : list)
-    if (e.offset == c.in[i].byte_offset && e.key == key) return e.obj;
-  list.push_back({c.in[i].byte_offset, key, obj});
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    auto& list = s.by_buffer[c.in[i].buffer_handle];
+    for (const Entry& e : list)
+      if (e.offset == c.in[i].byte_offset && e.key == key) return e.obj;
+    list.push_back({c.in[i].byte_offset, key, obj});
+  }
+  // Which packed form a kernel made says which path it takes (Winograd,
+  // oneDNN): BACKPLANE_LOG=0 shows it, and the tests read it.
+  if (const bp_host_api* h = c.host(); h && h->log) {
+    const std::string m = std::string("cpu: ") + (c.op ? c.op : "?") + ": input " + std::to_string(i) + " kept packed as " + key;
+    h->log(h->host_ctx, BP_LOG_DEBUG, bp_string{m.data(), m.size()});
+  }
   return obj;
 }
 
