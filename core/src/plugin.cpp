@@ -353,7 +353,9 @@ void Plugin::load(const bp_host_api* host) {
       check(api_->device_get(ctx_, i, &dev->handle_), who + ": device " + std::to_string(i));
       dev->info_.struct_size = sizeof(bp_device_info);
       check(api_->device_info(ctx_, dev->handle_, &dev->info_), who + ": device " + std::to_string(i));
-      dev->name_ = capped(dev->info_.name, 64);
+      // 256: a served device's name carries its server's address, and a
+      // unix socket's path alone may take 107 bytes.
+      dev->name_ = capped(dev->info_.name, 256);
       dev->kind_ = capped(dev->info_.kind, 32);
       // One truth for a device's kind: what the manifest says the plugin's
       // devices may be, so a listing before loading never contradicts one after.
