@@ -252,14 +252,57 @@ def test_errors_are_exceptions_with_codes(rt):
         plan.bind_output("y", np.zeros(4, np.float64))
     with pytest.raises(backplane.Error, match="expected an object with __dlpack__"):
         backplane.from_dlpack(42)
-    # Vulkan cannot read host memory in place: one status code for that.
+    # A vulkan0 tensor in host-visible memory (lavapipe, integrated GPUs)
+    # exports through DLPack with its values; one in device-only memory (a
+    # discrete GPU) is refused as UNIMPLEMENTED: the served device below
+    # shows that refusal on every machine.
     if "vulkan0" in device_names(rt):
-        vk = rt.upload(np.ones(4, np.float32), "vulkan0")
+        vk = rt.upload(np.array([1.5, -2, 0, 7], np.float32), "vulkan0")
         if vk.data_ptr == 0:
             with pytest.raises(backplane.Error) as e:
                 vk.__dlpack__()
             assert e.value.status == "UNIMPLEMENTED"
+        else:
+            np.testing.assert_array_equal(np.from_dlpack(vk), [1.5, -2, 0, 7])
     assert issubclass(backplane.Error, RuntimeError)
+
+
+def test_dlpack_refuses_a_tensor_without_host_memory(tmp_path, monkeypatch):
+    # A served device's buffers live in the server: the tensor has no host
+    # pointer, and __dlpack__ must refuse with UNIMPLEMENTED rather than hand
+    # out a null or stale pointer (would catch an export of data_ptr 0).
+    from backplane.__main__ import find_program
+    program = find_program()
+    if not program:
+        pytest.skip("the backplane program is not next to the package")
+    token, sock = tmp_path / "token", tmp_path / "bp.sock"
+    token.write_bytes(os.urandom(24).hex().encode())
+    token.chmod(0o600)
+    env = dict(os.environ, BACKPLANE_PLUGIN_PATH="")
+    server = subprocess.Popen([program, "serve", "--unix", str(sock), "--token-file", str(token), "--plugin", "cpu"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = server.stdout.readline()  # "backplane serve: listening on ..." or why not
+        if "listening" not in line:
+            server.kill()
+            if "remote" in line and "not built" in line:
+                pytest.skip(line.strip())
+            pytest.fail("backplane serve did not start: " + line + server.stdout.read())
+        monkeypatch.setenv("BACKPLANE_REMOTE", f"unix:{sock}")
+        monkeypatch.setenv("BACKPLANE_REMOTE_TOKEN_FILE", str(token))
+        remote = backplane.Runtime()
+        name = f"cpu@unix:{sock}"
+        t = remote.upload(np.array([1.5, -2, 0, 7], np.float32), name)
+        assert t.data_ptr == 0
+        with pytest.raises(backplane.Error) as e:
+            t.__dlpack__()
+        assert e.value.status == "UNIMPLEMENTED"
+        np.testing.assert_array_equal(t.numpy(), [1.5, -2, 0, 7])
+        del t, remote
+        gc.collect()
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
 
 
 def test_submit_and_wait_on_every_device(rt):
