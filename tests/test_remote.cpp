@@ -661,4 +661,91 @@ TEST_CASE("isolation: a profiled plan on an isolated vulkan0 shows each kernel's
   CHECK_THAT(iso->device("vulkan0").description(), Catch::StartsWith("isolated:"));
   CHECK(kernel_rows_timed(*iso) == local_timed);
 }
+
+namespace {
+
+// One add, s = a + b on [2, 3] f32: the fixtures' only kernel.
+Graph add_graph() {
+  Graph g;
+  g.input("a", BP_DTYPE_F32, {2, 3});
+  g.input("b", BP_DTYPE_F32, {2, 3});
+  g.node("s", "add", {"a", "b"});
+  g.output("s");
+  return g;
+}
+
+std::map<std::string, HostTensor> add_inputs(float first = 1) {
+  return {{"a", f32({2, 3}, {first, 2, 3, 4, 5, 6})}, {"b", f32({2, 3}, {10, 20, 30, 40, 50, 60})}};
+}
+
+void check_add(const std::map<std::string, HostTensor>& out, float first = 1) {
+  const double s[] = {first + 10.0, 22, 33, 44, 55, 66};
+  for (int i = 0; i < 6; ++i) CHECK(out.at("s").get(i) == s[i]);
+}
+
+// Waits (bounded, 30 s) for the child `pid` to end; its wait status, or -1
+// when it is still running.
+int wait_bounded(pid_t pid) {
+  for (int i = 0; i < 1500; ++i) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+}  // namespace
+
+// Catches: `serve --deadline` not enforced (the hung kernel holds the device
+// and the client waits forever), or the server ending some other way than
+// the documented exit status 3 (a supervisor tells a deadline from a crash
+// by it), or the client hanging instead of getting an error.
+TEST_CASE("serve: a batch running past --deadline ends the server with exit status 3", "[remote]") {
+  Env env;
+  env.set("BACKPLANE_PLUGIN_PATH", std::string(BACKPLANE_FIXTURE_DIR) + "/isolated");
+  Server server({"--plugin", "fx_hang", "--deadline", "300"});
+  auto rt = served_runtime(server, env);
+  const std::string name = "fx_hang@" + server.address();
+  Plan plan = rt->compile(add_graph(), rt->device(name));
+  check_add(plan.run(add_inputs()));  // served, and within the deadline
+  // 666 makes the fixture's add never return.
+  auto run = std::async(std::launch::async, [&] { plan.run(add_inputs(666)); });
+  if (run.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    server.kill_now();  // so that the run (and the future's destructor) returns
+    FAIL("the server did not end the batch within 30 s; log: " << server.read_log());
+  }
+  REQUIRE_THROWS_WITH(run.get(), Catch::Contains("remote server") && Catch::Contains(server.address()));
+  const int status = wait_bounded(server.pid);
+  INFO("log: " << server.read_log());
+  REQUIRE(status != -1);
+  server.pid = -1;  // reaped
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);
+  CHECK_THAT(server.read_log(), Catch::Contains("ran past the deadline of 300 ms; exiting"));
+  // The host's own devices are unaffected.
+  check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
+}
+
+// Catches: BACKPLANE_ISOLATE ignored (the plugin loaded in the host's own
+// process, where its crash would end the host), or every plugin isolated
+// whether named or not.
+TEST_CASE("isolation: BACKPLANE_ISOLATE=name runs that plugin isolated, and only then", "[remote][isolation]") {
+  const std::string fixtures = BACKPLANE_FIXTURE_DIR;
+  Graph g = small_graph();
+  g.pin("s", "fx_good");
+  {
+    auto rt = runtime({fixtures});
+    const std::string d = rt->device("fx_good").description();
+    INFO(d);
+    CHECK(d.rfind("isolated:", 0) == std::string::npos);
+    CHECK(d == "deliberately broken test plugin");
+  }
+  Env env;
+  env.set("BACKPLANE_ISOLATE", "fx_good");
+  auto rt = runtime({fixtures});
+  CHECK_THAT(rt->device("fx_good").description(), Catch::StartsWith("isolated: "));
+  CHECK(rt->device("fx_good").plugin_name() == "fx_good");
+  CHECK_THAT(rt->device("cpu").description(), !Catch::StartsWith("isolated:"));
+  check_small(rt->compile(g, rt->select_devices("fx_good,cpu")).run(small_inputs()));
+}
 #endif  // BACKPLANE_HAVE_REMOTE
