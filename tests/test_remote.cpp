@@ -748,4 +748,37 @@ TEST_CASE("isolation: BACKPLANE_ISOLATE=name runs that plugin isolated, and only
   CHECK_THAT(rt->device("cpu").description(), !Catch::StartsWith("isolated:"));
   check_small(rt->compile(g, rt->select_devices("fx_good,cpu")).run(small_inputs()));
 }
+
+// Catches: BACKPLANE_SERVER ignored (the isolated plugin started from
+// bin/backplane beside the core library whatever it says), and a server
+// program that cannot be run reported without naming it (before: "its
+// process exited with status 127" and nothing else).
+TEST_CASE("isolation: BACKPLANE_SERVER names the server program of isolated plugins", "[remote][isolation]") {
+  const std::string dir = temp_dir();
+  const std::string wrapper = dir + "/server.sh", ran = dir + "/ran";
+  std::ofstream(wrapper) << "#!/bin/sh\necho \"$@\" > '" << ran << "'\nexec '" << kBin << "' \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  Graph g = small_graph();
+  g.pin("s", "fx_segv");
+  {
+    Env env;
+    env.set("BACKPLANE_SERVER", wrapper);
+    auto rt = runtime({std::string(BACKPLANE_FIXTURE_DIR) + "/isolated"});
+    CHECK_THAT(rt->device("fx_segv").description(), Catch::StartsWith("isolated: "));
+    check_small(rt->compile(g, rt->select_devices("fx_segv,cpu")).run(small_inputs()));
+    REQUIRE(std::filesystem::exists(ran));
+    std::ifstream f(ran);
+    std::string args((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    CHECK_THAT(args, Catch::StartsWith("serve ") && Catch::Contains("--isolated-child") && Catch::Contains("--plugin fx_segv"));
+  }
+  {
+    const std::string missing = dir + "/no-such-server";
+    Env env;
+    env.set("BACKPLANE_SERVER", missing);
+    auto rt = runtime({std::string(BACKPLANE_FIXTURE_DIR) + "/isolated"});
+    CHECK_THROWS_WITH(rt->device("fx_segv"), Catch::Contains("did not start") && Catch::Contains(missing));
+    check_small(rt->run_graph(small_graph(), rt->device("cpu"), small_inputs()));
+  }
+  std::filesystem::remove_all(dir);
+}
 #endif  // BACKPLANE_HAVE_REMOTE

@@ -2,6 +2,9 @@
 // isolated plugin, its shared memory, and what is said when it is lost.
 #include "remote_impl.hpp"
 
+#include <cerrno>
+#include <cstring>
+
 namespace bp_remote {
 
 // ---- the child process of an isolated plugin ---------------------------------------------------
@@ -88,6 +91,10 @@ void Instance::start_child(Server& s) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const int log_fd = ::open(s.child.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // What the child writes to its log when exec fails (made before fork: the
+  // child may only make async-signal-safe calls), so that the error names
+  // the program: BACKPLANE_SERVER may name a path that is not there.
+  const std::string exec_failed = "cannot run the server program " + server_exe_ + ": ";
   const pid_t pid = fork();
   if (pid == 0) {
     // Only async-signal-safe calls until exec. The pipe becomes fd 3 and the
@@ -103,6 +110,14 @@ void Instance::start_child(Server& s) {
       dup2(log_fd, 2);
     }
     execv(argv[0], argv.data());
+    const int err = errno;
+    const char* why = err == ENOENT    ? "no such file"
+                      : err == EACCES  ? "permission denied"
+                      : err == ENOEXEC ? "not an executable format"
+                                       : "exec failed";
+    (void)!::write(2, exec_failed.data(), exec_failed.size());
+    (void)!::write(2, why, std::strlen(why));
+    (void)!::write(2, "\n", 1);
     _exit(127);
   }
   ::close(ready[1]);
