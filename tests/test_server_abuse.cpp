@@ -490,4 +490,276 @@ TEST_CASE("serve abuse: an allocation above the server's memory cap is refused n
   s.end();
 }
 
+
+namespace {
+
+rp::Request free_buffer(uint64_t id) {
+  rp::Request r;
+  r.mutable_free()->set_buffer(id);
+  return r;
+}
+
+// A batch that writes `data` at the start of buffer `buf` (if any) and reads
+// `size` bytes back from it.
+rp::Request write_read(uint64_t buf, const std::string& data, uint64_t size) {
+  rp::Request r;
+  auto* b = r.mutable_batch();
+  if (!data.empty()) {
+    auto* w = b->add_writes();
+    w->set_buffer(buf);
+    w->set_data(data);
+  }
+  auto* rd = b->add_reads();
+  rd->set_buffer(buf);
+  rd->set_size(size);
+  return r;
+}
+
+// The bytes of `size` read from buffer `buf` after writing `data` (the
+// failure's message when the batch failed).
+std::string written_then_read(Session& s, uint64_t buf, const std::string& data, uint64_t size) {
+  auto r = s.ask(write_read(buf, data, size));
+  REQUIRE(r);
+  INFO(r->failure().message());
+  REQUIRE(r->has_batch());
+  REQUIRE(r->batch().reads_size() == 1);
+  return r->batch().reads(0);
+}
+
+uint64_t allocated(Session& s, uint64_t size) {
+  auto r = s.ask(allocate(size));
+  REQUIRE(r);
+  INFO(r->failure().message());
+  REQUIRE(r->has_allocate());
+  return r->allocate().buffer();
+}
+
+}  // namespace
+
+// Catches: --max-memory not applied to buffers (the allocation accepted), a
+// refusal without the documented message, a session that ends or stops
+// working after its refusal, and freed buffers still counted against it.
+TEST_CASE("serve limits: a buffer past --max-memory is refused and the session goes on", "[remote][abuse]") {
+  LimitedServer server({"--max-memory", "1048576"}, Limits{});
+  Session s(server.address());
+  auto h = s.ask(hello());
+  REQUIRE(h);
+  const uint32_t add = add_kernel(*h);
+  REQUIRE(add != UINT32_MAX);
+  const uint64_t half = allocated(s, 512 << 10);
+  {
+    auto r = s.ask(allocate(600 << 10));
+    REQUIRE(r);
+    REQUIRE(r->has_failure());
+    CHECK(r->failure().code() == BP_ERR_OUT_OF_MEMORY);
+    CHECK(r->failure().message() ==
+          "allocate: the session would hold more than the server's limit of 1048576 bytes (--max-memory; it holds "
+          "524288 in buffers and recorded sequences)");
+  }
+  // A small buffer still fits, and a kernel runs on it.
+  const uint64_t small = allocated(s, 24);
+  rp::Request run;
+  *run.mutable_batch()->add_calls() = add_call(add, small);
+  auto ran = s.ask(run);
+  REQUIRE(ran);
+  INFO(ran->failure().message());
+  CHECK(!ran->has_failure());
+  // Once the first buffer is freed, the larger one fits.
+  auto freed = s.ask(free_buffer(half));
+  REQUIRE(freed);
+  CHECK(!freed->has_failure());
+  auto big = s.ask(allocate(600 << 10));
+  REQUIRE(big);
+  INFO(big->failure().message());
+  CHECK(big->has_allocate());
+  s.end();
+}
+
+// Catches: a new buffer handed out with what an earlier one held (the
+// server skipping its memset/zero write: a session could read what another
+// left). Freed buffers of the same size are what the allocator hands out
+// next, so without the clearing they come back with the pattern.
+TEST_CASE("serve limits: every new buffer starts as zeros, after a free and in another session", "[remote][abuse]") {
+  LimitedServer server({}, Limits{});
+  constexpr int kBuffers = 8;
+  constexpr uint64_t kSize = 4096;  // below malloc's mmap threshold: freed memory is reused
+  const std::string pattern(kSize, '\xA5'), zeros(kSize, '\0');
+  Session a(server.address());
+  REQUIRE(a.ask(hello()));
+  auto fill_and_free = [&](Session& s) {
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < kBuffers; ++i) ids.push_back(allocated(s, kSize));
+    for (uint64_t id : ids) REQUIRE(written_then_read(s, id, pattern, kSize) == pattern);  // the write took
+    for (uint64_t id : ids) {
+      auto f = s.ask(free_buffer(id));
+      REQUIRE(f);
+      REQUIRE(!f->has_failure());
+    }
+  };
+  auto all_new_are_zeros = [&](Session& s) {
+    int clean = 0;
+    for (int i = 0; i < kBuffers; ++i) clean += written_then_read(s, allocated(s, kSize), "", kSize) == zeros;
+    return clean;
+  };
+  fill_and_free(a);
+  CHECK(all_new_are_zeros(a) == kBuffers);  // the same session
+  fill_and_free(a);
+  Session b(server.address());
+  REQUIRE(b.ask(hello()));
+  CHECK(all_new_are_zeros(b) == kBuffers);  // another session, the first still open
+  a.end();
+  Session c(server.address());
+  REQUIRE(c.ask(hello()));
+  CHECK(all_new_are_zeros(c) == kBuffers);  // after the first session ended (its buffers freed)
+  b.end();
+  c.end();
+}
+
+// Catches: no cap on a session's buffers (docs/remote.md: at most 65536), a
+// cap at another count, a refusal without its message, or a session or
+// server that stops after it. The allocations are pipelined (a reader
+// thread takes the replies) so 65537 of them take seconds, not minutes;
+// the server has no option to lower this cap.
+TEST_CASE("serve limits: a session holds at most 65536 buffers", "[remote][abuse]") {
+  LimitedServer server({}, Limits{});
+  Session s(server.address(), std::chrono::seconds(300));
+  REQUIRE(s.ask(hello()));
+  constexpr int kCap = 65536;
+  int granted = 0, refused = 0, lost = 0;
+  uint64_t some_buffer = 0;
+  std::string refusal;
+  std::thread reader([&] {
+    for (int i = 0; i <= kCap; ++i) {
+      rp::Response r;
+      if (!s.stream->Read(&r)) {
+        lost = kCap + 1 - i;
+        return;
+      }
+      if (r.has_allocate()) {
+        ++granted;
+        some_buffer = r.allocate().buffer();
+      } else {
+        ++refused;
+        refusal = r.failure().message();
+      }
+    }
+  });
+  const rp::Request one = allocate(8);
+  for (int i = 0; i <= kCap; ++i)
+    if (!s.stream->Write(one)) break;
+  reader.join();
+  INFO("refusal: " << refusal);
+  REQUIRE(lost == 0);
+  CHECK(granted == kCap);
+  CHECK(refused == 1);
+  CHECK(refusal == "allocate: a session holds at most 65536 buffers");
+  // The session goes on: a free makes room for one more.
+  auto f = s.ask(free_buffer(some_buffer));
+  REQUIRE(f);
+  CHECK(!f->has_failure());
+  auto again = s.ask(allocate(8));
+  REQUIRE(again);
+  CHECK(again->has_allocate());
+  s.end();
+  std::string why;
+  const bool ok = served(server, why);
+  INFO("log: " << server.read_log() << "\nrefusal: " << why);
+  CHECK(ok);
+}
+
+// Catches: no cap on a session's recorded sequences (docs/remote.md: at most
+// 256), a cap at another count, a refusal without its message, or a
+// session that cannot replay and re-record after it.
+TEST_CASE("serve limits: a session records at most 256 sequences", "[remote][abuse]") {
+  LimitedServer server({}, Limits{});
+  Session s(server.address(), std::chrono::seconds(120));
+  auto h = s.ask(hello());
+  REQUIRE(h);
+  const uint32_t add = add_kernel(*h);
+  REQUIRE(add != UINT32_MAX);
+  const uint64_t buf = allocated(s, 24);
+  auto record = [&](uint64_t id) {
+    rp::Request r;
+    *r.mutable_batch()->add_calls() = add_call(add, buf);
+    r.mutable_batch()->set_record(id);
+    return s.ask(r);
+  };
+  int recorded = 0;
+  for (uint64_t id = 1; id <= 256; ++id) {
+    auto r = record(id);
+    REQUIRE(r);
+    if (r->has_failure()) {
+      FAIL_CHECK("sequence " << id << " refused: " << r->failure().message());
+      break;
+    }
+    ++recorded;
+  }
+  CHECK(recorded == 256);
+  {
+    auto r = record(257);
+    REQUIRE(r);
+    REQUIRE(r->has_failure());
+    CHECK(r->failure().code() == BP_ERR_OUT_OF_MEMORY);
+    CHECK_THAT(r->failure().message(), Catch::StartsWith("batch: too many recorded sequences (a session keeps at most 256, "));
+  }
+  // Recorded ones replay; one recorded again replaces itself; a plain batch runs.
+  rp::Request replay;
+  replay.mutable_batch()->set_replay(256);
+  auto rr = s.ask(replay);
+  REQUIRE(rr);
+  INFO(rr->failure().message());
+  CHECK(!rr->has_failure());
+  auto again = record(1);
+  REQUIRE(again);
+  CHECK(!again->has_failure());
+  rp::Request plain;
+  *plain.mutable_batch()->add_calls() = add_call(add, buf);
+  auto pr = s.ask(plain);
+  REQUIRE(pr);
+  CHECK(!pr->has_failure());
+  s.end();
+  std::string why;
+  CHECK(served(server, why));
+}
+
+// Catches: no cap on sessions at once (docs/remote.md: at most 16), a cap at
+// another count, a refusal without RESOURCE_EXHAUSTED and its message, and
+// a slot not given back when a session ends.
+TEST_CASE("serve limits: at most 16 sessions run at once, and a slot frees when one ends", "[remote][abuse]") {
+  LimitedServer server({}, Limits{});
+  std::vector<std::unique_ptr<Session>> open;
+  for (int i = 0; i < 16; ++i) {
+    open.push_back(std::make_unique<Session>(server.address()));
+    auto r = open.back()->ask(hello());
+    INFO("session " << i);
+    REQUIRE(r);
+    REQUIRE(r->has_hello());
+  }
+  {
+    Session extra(server.address());
+    CHECK(!extra.ask(hello()));
+    const grpc::Status st = extra.end();
+    CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK(st.error_message() == "too many sessions (the server runs at most 16)");
+  }
+  // The 16 still work.
+  for (auto& s : open) {
+    auto r = s->ask(allocate(64));
+    REQUIRE(r);
+    CHECK(r->has_allocate());
+  }
+  // One ends: its slot is given back (bounded retry: the server frees it
+  // once it has seen the stream end).
+  CHECK(open.back()->end().ok());
+  open.pop_back();
+  std::string why;
+  bool ok = false;
+  for (int i = 0; i < 50 && !ok; ++i) {
+    ok = served(server, why);
+    if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  INFO("last refusal: " << why);
+  CHECK(ok);
+  for (auto& s : open) s->end();
+}
 #endif  // BACKPLANE_HAVE_REMOTE
