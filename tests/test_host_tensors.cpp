@@ -394,30 +394,43 @@ TEST_CASE("submit runs asynchronously and wait reports the run error naming the 
 
 TEST_CASE("one tensor read by plans on several threads while its producer runs", "[tensor][concurrency]") {
   auto rt = make_runtime();
+  constexpr int kN = 1 << 12;
   Device& cpu = rt->device("cpu");
-  Plan producer = rt->compile(unary("relu", {256}), cpu);
-  HostTensor x(BP_DTYPE_F32, {256});
-  for (int i = 0; i < 256; ++i) x.as<float>()[i] = 1.0f;
+  Plan producer = rt->compile(unary("relu", {kN}), cpu);
+  HostTensor x(BP_DTYPE_F32, {kN});
+  for (int i = 0; i < kN; ++i) x.as<float>()[i] = 1.0f;
   producer.set_input("x", x);
   producer.execute();
   const Tensor shared = producer.output_tensor("y");
   std::atomic<int> bad{0};
+  std::atomic<bool> done{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < 3; ++t)
     threads.emplace_back([&] {
-      Plan p = rt->compile(unary("neg", {256}), cpu);
+      Plan p = rt->compile(unary("neg", {kN}), cpu);
       p.set_input("x", shared);
-      for (int k = 0; k < 20; ++k) {
+      for (int k = 0; k < 3000 && !done; ++k) {
         p.execute();
         const HostTensor y = p.output("y");
-        // Each run sees the producer's buffer whole: all 1 or all 1 (the
-        // producer writes the same values), never a torn mix of garbage.
-        for (int i = 0; i < 256; ++i)
-          if (y.as<float>()[i] != -1.0f) ++bad;
-        (void)shared.download();
+        // Each run sees the producer's buffer whole: every element -v for
+        // one round's v (the producer writes v = 1..201, one per round),
+        // never a mix of two rounds (would catch a reader that does not
+        // take the buffer's lock while the producer writes it).
+        const float v = y.as<float>()[0];
+        if (!(v <= -1.0f && v >= -201.0f && v == std::floor(v))) ++bad;
+        for (int i = 1; i < kN; ++i)
+          if (y.as<float>()[i] != v) ++bad;
+        const HostTensor d = shared.download();
+        for (int i = 1; i < kN; ++i)
+          if (d.as<float>()[i] != d.as<float>()[0]) ++bad;
       }
     });
-  for (int k = 0; k < 20; ++k) producer.execute();
+  for (int k = 0; k < 200; ++k) {
+    for (int i = 0; i < kN; ++i) x.as<float>()[i] = static_cast<float>(k + 2);
+    producer.set_input("x", x);
+    producer.execute();
+  }
+  done = true;
   for (auto& th : threads) th.join();
   CHECK(bad == 0);
 }
