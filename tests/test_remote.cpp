@@ -653,13 +653,18 @@ TEST_CASE("isolation: a profiled plan on an isolated vulkan0 shows each kernel's
     CHECK(kernels >= 2);
     return timed == kernels;
   };
-  const bool local_timed = kernel_rows_timed(*local);
+  // A local vulkan0 that does not time its calls would make the comparison
+  // hold whatever the isolated one did: that is a skip, not a pass.
+  if (!kernel_rows_timed(*local)) {
+    WARN("SKIPPED: the local vulkan0 does not time its calls (no timestamp queries)");
+    return;
+  }
   RuntimeOptions o;
   o.use_default_path = true;
   o.isolate = {"vulkan"};
   auto iso = Runtime::create(o);
   CHECK_THAT(iso->device("vulkan0").description(), Catch::StartsWith("isolated:"));
-  CHECK(kernel_rows_timed(*iso) == local_timed);
+  CHECK(kernel_rows_timed(*iso));
 }
 
 namespace {
