@@ -505,3 +505,41 @@ TEST_CASE("cpu one-row matmul with a constant [K, N] weight: transposed once, pe
     }
   }
 }
+
+// A bf16 matmul of one row runs as the plugin's GEMV (b read as bf16 and
+// widened in registers; with b's columns contiguous, 32 elements at a time
+// as 16 pairs against a split into its even and odd elements), not through
+// oneDNN. K around the 32-element blocks and N around the 4-column groups,
+// on two threads; a sliced a. Would catch pairs matched to the wrong half
+// of a, a lost tail of K or of N, or a result not rounded to bf16.
+TEST_CASE("cpu one-row bf16 matmul: b's columns or rows contiguous, K and N around the blocks", "[cpu][gemv]") {
+  auto& rt = two_thread_runtime();
+  auto& dev = rt.device("cpu");
+  const bp_dtype d = BP_DTYPE_BF16;
+  uint32_t seed = 40;
+  for (const int64_t K : {1, 31, 32, 33, 95, 1024})
+    for (const int64_t N : {1, 3, 4, 5, 67, 300})
+      for (const bool columns : {true, false}) {
+        INFO("K " << K << ", N " << N << (columns ? ", b = transpose of [N, K]" : ", b dense [K, N]"));
+        const HostTensor aw = random_tensor(d, {1, K + 3}, ++seed);
+        const HostTensor bsrc = columns ? random_tensor(d, {N, K}, ++seed) : random_tensor(d, {K, N}, ++seed);
+        Graph g;
+        g.input("aw", d, {1, K + 3});
+        g.input("bsrc", d, bsrc.shape);
+        g.node("a", "slice", {"aw"}, {{"dim", 1}, {"start", 3}, {"end", 3 + K}});
+        if (columns) g.node("b", "transpose", {"bsrc"}, {{"dim0", 0}, {"dim1", 1}});
+        g.node("y", "matmul", {"a", columns ? "b" : "bsrc"});
+        g.output("y");
+        std::vector<double> av(static_cast<size_t>(K));
+        for (int64_t k = 0; k < K; ++k) av[static_cast<size_t>(k)] = aw.get(3 + k);
+        const Ref r = ref_matmul(av, columns ? transposed(bsrc, N, K) : values(bsrc), 1, 1, K, N, false);
+        const HostTensor y = rt.compile(g, dev).run({{"aw", aw}, {"bsrc", bsrc}}).at("y");
+        check_close(y, r.y, r.mag, d);
+        // Rounded once from the f32 sum: within half a bf16 unit (2^-9
+        // relative) of the exact sum, plus the f32 accumulation's share.
+        for (int64_t j = 0; j < N; ++j) {
+          const double w = r.y[static_cast<size_t>(j)];
+          CHECK(std::abs(y.get(j) - w) <= std::ldexp(std::abs(w), -8) + std::ldexp(r.mag[static_cast<size_t>(j)], -24));
+        }
+      }
+}

@@ -22,33 +22,85 @@ namespace {
 // of a with four columns at a time; b's rows contiguous (csb == 1): y grows
 // by a[k] * row k over a block of columns. Sums in f32 in a fixed order per
 // element (docs/ops.md's reduction bound).
-struct Gemv {
+// b in f32, or in bf16 (widened 16 at a time in registers: a bf16 weight
+// is read at half the bytes and never converted whole); a and y in f32.
+template <class B> struct GemvT {
   const float* a;
   int64_t sa;  // a's element stride
-  const float* b;
+  const B* b;
   int64_t rsb, csb, K;
   float* y;
+  // bf16 dots: a dense, and also split per block of 32 into its even and
+  // odd elements (16 + 16), so that 32 bf16 of b read as 16 pairs give two
+  // f32 vectors by a shift and a mask instead of two widening moves.
+  const float* a_pairs = nullptr;
 };
+using Gemv = GemvT<float>;
 typedef float v16f __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
 [[gnu::always_inline]] inline v16f load16(const float* p) {
   v16f v;
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
+[[gnu::always_inline]] inline v16f load16(const bf16* p) {
+  v16h h;
+  __builtin_memcpy(&h, p, sizeof h);
+  const v16u w = __builtin_convertvector(h, v16u) << 16;
+  v16f v;
+  __builtin_memcpy(&v, &w, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline float widen(float x) { return x; }
+[[gnu::always_inline]] inline float widen(bf16 x) { return backplane::bf16_to_float(x.bits); }
 [[gnu::always_inline]] inline float hsum(v16f v) {
   float s = 0;
   for (int i = 0; i < 16; ++i) s += v[i];
   return s;
 }
 // Columns [n0, n1) when b's columns are contiguous and a is dense.
-[[gnu::always_inline]] inline void gemv_dots(const Gemv& g, int64_t n0, int64_t n1) {
+[[gnu::always_inline]] inline void bf16_pairs(const bf16* p, v16f& even, v16f& odd) {
+  v16u w;
+  __builtin_memcpy(&w, p, sizeof w);
+  const v16u lo = w << 16, hi = w & 0xFFFF0000u;
+  __builtin_memcpy(&even, &lo, sizeof even);
+  __builtin_memcpy(&odd, &hi, sizeof odd);
+}
+[[gnu::always_inline]] inline void gemv_dots_bf16(const GemvT<bf16>& g, int64_t n0, int64_t n1) {
+  const int64_t K = g.K, K32 = K / 32 * 32;
+  for (int64_t n = n0; n < n1; n += 4) {
+    const int64_t m = std::min<int64_t>(4, n1 - n);
+    const bf16* c[4];
+    for (int64_t i = 0; i < 4; ++i) c[i] = g.b + (n + std::min(i, m - 1)) * g.csb;
+    v16f s[4] = {};
+    for (int64_t k = 0; k < K32; k += 32) {
+      const v16f ae = load16(g.a_pairs + k), ao = load16(g.a_pairs + k + 16);
+      for (int i = 0; i < 4; ++i) {
+        v16f e, o;
+        bf16_pairs(c[i] + k, e, o);
+        s[i] += ae * e;
+        s[i] += ao * o;
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      float t = hsum(s[i]);
+      for (int64_t k = K32; k < K; ++k) t += g.a[k] * widen(c[i][k]);
+      g.y[n + i] = t;
+    }
+  }
+}
+template <class B> [[gnu::always_inline]] inline void gemv_dots(const GemvT<B>& g, int64_t n0, int64_t n1) {
+  if constexpr (std::is_same_v<B, bf16>) {
+    if (g.a_pairs) return gemv_dots_bf16(g, n0, n1);
+  }
   const int64_t K = g.K, K16 = K / 16 * 16;
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
-    const float* c0 = g.b + n * g.csb;
-    const float* c1 = c0 + g.csb;
-    const float* c2 = c1 + g.csb;
-    const float* c3 = c2 + g.csb;
+    const B* c0 = g.b + n * g.csb;
+    const B* c1 = c0 + g.csb;
+    const B* c2 = c1 + g.csb;
+    const B* c3 = c2 + g.csb;
     v16f s0 = {}, s1 = {}, s2 = {}, s3 = {};
     for (int64_t k = 0; k < K16; k += 16) {
       const v16f av = load16(g.a + k);
@@ -59,10 +111,10 @@ typedef float v16f __attribute__((vector_size(64)));
     }
     float t0 = hsum(s0), t1 = hsum(s1), t2 = hsum(s2), t3 = hsum(s3);
     for (int64_t k = K16; k < K; ++k) {
-      t0 += g.a[k] * c0[k];
-      t1 += g.a[k] * c1[k];
-      t2 += g.a[k] * c2[k];
-      t3 += g.a[k] * c3[k];
+      t0 += g.a[k] * widen(c0[k]);
+      t1 += g.a[k] * widen(c1[k]);
+      t2 += g.a[k] * widen(c2[k]);
+      t3 += g.a[k] * widen(c3[k]);
     }
     g.y[n] = t0;
     g.y[n + 1] = t1;
@@ -70,11 +122,11 @@ typedef float v16f __attribute__((vector_size(64)));
     g.y[n + 3] = t3;
   }
   for (; n < n1; ++n) {
-    const float* c0 = g.b + n * g.csb;
+    const B* c0 = g.b + n * g.csb;
     v16f s0 = {};
     for (int64_t k = 0; k < K16; k += 16) s0 += load16(g.a + k) * load16(c0 + k);
     float t0 = hsum(s0);
-    for (int64_t k = K16; k < K; ++k) t0 += g.a[k] * c0[k];
+    for (int64_t k = K16; k < K; ++k) t0 += g.a[k] * widen(c0[k]);
     g.y[n] = t0;
   }
 }
@@ -83,7 +135,7 @@ typedef float v16f __attribute__((vector_size(64)));
 // y (at most 2 KiB, in L1) takes four rows of b per pass, each read as one
 // contiguous run: a narrow panel would touch a new page for every row of b
 // (rows of a 1000-wide b are 4000 bytes apart) and stall on the TLB.
-[[gnu::always_inline]] inline void gemv_rows(const Gemv& g, int64_t n0, int64_t n1) {
+template <class B> [[gnu::always_inline]] inline void gemv_rows(const GemvT<B>& g, int64_t n0, int64_t n1) {
   constexpr int64_t kPanel = 512;
   for (int64_t p0 = n0; p0 < n1; p0 += kPanel) {
     const int64_t w = std::min(kPanel, n1 - p0), w16 = w / 16 * 16;
@@ -92,10 +144,10 @@ typedef float v16f __attribute__((vector_size(64)));
     int64_t k = 0;
     for (; k + 4 <= g.K; k += 4) {
       const float a0 = g.a[k * g.sa], a1 = g.a[(k + 1) * g.sa], a2 = g.a[(k + 2) * g.sa], a3 = g.a[(k + 3) * g.sa];
-      const float* __restrict r0 = g.b + k * g.rsb + p0;
-      const float* __restrict r1 = r0 + g.rsb;
-      const float* __restrict r2 = r1 + g.rsb;
-      const float* __restrict r3 = r2 + g.rsb;
+      const B* __restrict r0 = g.b + k * g.rsb + p0;
+      const B* __restrict r1 = r0 + g.rsb;
+      const B* __restrict r2 = r1 + g.rsb;
+      const B* __restrict r3 = r2 + g.rsb;
       // The same order per element as one row at a time: y + a0 r0, then + a1 r1, ...
       for (int64_t j = 0; j < w16; j += 16) {
         v16f v = load16(y + j);
@@ -107,30 +159,30 @@ typedef float v16f __attribute__((vector_size(64)));
       }
       for (int64_t j = w16; j < w; ++j) {
         float v = y[j];
-        v += a0 * r0[j];
-        v += a1 * r1[j];
-        v += a2 * r2[j];
-        v += a3 * r3[j];
+        v += a0 * widen(r0[j]);
+        v += a1 * widen(r1[j]);
+        v += a2 * widen(r2[j]);
+        v += a3 * widen(r3[j]);
         y[j] = v;
       }
     }
     for (; k < g.K; ++k) {
       const float av = g.a[k * g.sa];
-      const float* __restrict r = g.b + k * g.rsb + p0;
-      for (int64_t j = 0; j < w; ++j) y[j] += av * r[j];
+      const B* __restrict r = g.b + k * g.rsb + p0;
+      for (int64_t j = 0; j < w; ++j) y[j] += av * widen(r[j]);
     }
   }
 }
-template <bool Dots> void gemv_base(const Gemv& g, int64_t n0, int64_t n1) {
+template <bool Dots, class B> void gemv_base(const GemvT<B>& g, int64_t n0, int64_t n1) {
   if constexpr (Dots) gemv_dots(g, n0, n1);
   else gemv_rows(g, n0, n1);
 }
 #if defined(__x86_64__)
-template <bool Dots> BP_CPU_AVX512 void gemv_avx512(const Gemv& g, int64_t n0, int64_t n1) {
+template <bool Dots, class B> BP_CPU_AVX512 void gemv_avx512(const GemvT<B>& g, int64_t n0, int64_t n1) {
   if constexpr (Dots) gemv_dots(g, n0, n1);
   else gemv_rows(g, n0, n1);
 }
-template <bool Dots> BP_CPU_AVX2 void gemv_avx2(const Gemv& g, int64_t n0, int64_t n1) {
+template <bool Dots, class B> BP_CPU_AVX2 void gemv_avx2(const GemvT<B>& g, int64_t n0, int64_t n1) {
   if constexpr (Dots) gemv_dots(g, n0, n1);
   else gemv_rows(g, n0, n1);
 }
@@ -156,13 +208,14 @@ const float* transposed_constant(const Call& c, const Gemv& g, int64_t N) {
   return kept->data();
 }
 
-using GemvFn = void (*)(const Gemv&, int64_t, int64_t);
-GemvFn gemv_fn(bool dots) {
+template <class B> using GemvFnT = void (*)(const GemvT<B>&, int64_t, int64_t);
+using GemvFn = GemvFnT<float>;
+template <class B = float> GemvFnT<B> gemv_fn(bool dots) {
 #if defined(__x86_64__)
-  if (isa() >= Isa::avx512) return dots ? &gemv_avx512<true> : &gemv_avx512<false>;
-  if (isa() >= Isa::avx2) return dots ? &gemv_avx2<true> : &gemv_avx2<false>;
+  if (isa() >= Isa::avx512) return dots ? &gemv_avx512<true, B> : &gemv_avx512<false, B>;
+  if (isa() >= Isa::avx2) return dots ? &gemv_avx2<true, B> : &gemv_avx2<false, B>;
 #endif
-  return dots ? &gemv_base<true> : &gemv_base<false>;
+  return dots ? &gemv_base<true, B> : &gemv_base<false, B>;
 }
 
 // One row of a per batch, each batch its own b: attention over a cache at
@@ -185,15 +238,17 @@ bool gemv_batches_f32(const Call& c, const std::vector<std::array<int64_t, 3>>& 
 }
 
 // True when taken: one row of f32 a, b's columns or rows contiguous.
-bool gemv_f32(const Call& c, Gemv g, int64_t N) {
-  if (const float* t = transposed_constant(c, g, N)) {
-    g.b = t;
-    g.rsb = 1;
-    g.csb = g.K;
+template <class B> bool gemv_one(const Call& c, GemvT<B> g, int64_t N) {
+  if constexpr (std::is_same_v<B, float>) {
+    if (const float* t = transposed_constant(c, g, N)) {
+      g.b = t;
+      g.rsb = 1;
+      g.csb = g.K;
+    }
   }
   const bool dots = g.rsb == 1 && g.sa == 1;
   if (!dots && g.csb != 1) return false;
-  const GemvFn fn = gemv_fn(dots);
+  const GemvFnT<B> fn = gemv_fn<B>(dots);
   // Blocks of 64 columns (whole cache lines of y), at least ~64K
   // multiply-adds per task. The row form reads every row of b in each task,
   // so it takes one wide task per thread rather than several narrow ones.
@@ -265,9 +320,28 @@ template <bp_dtype D> struct MatmulK {
     }
     if constexpr (D == BP_DTYPE_F32) {
       if (M == 1 && batches == 1 &&
-          gemv_f32(c, Gemv{a + offs[0][0], csa, b + offs[0][1], rsb, csb, K, y + offs[0][2]}, N))
+          gemv_one(c, Gemv{a + offs[0][0], csa, b + offs[0][1], rsb, csb, K, y + offs[0][2]}, N))
         return;
       if (M == 1 && batches > 1 && gemv_batches_f32(c, offs, a, csa, b, rsb, csb, K, y, N)) return;
+    }
+    // bf16 at one row (a bf16 weight applied to one token): b read as bf16
+    // and widened in registers, a widened once, the f32 sums rounded once.
+    // oneDNN's AMX/brgemm matmul re-blocks a plain bf16 b per call: 1x1024
+    // by 1024x1024 took ~0.4 ms (5 GB/s), half the f32 GEMV's speed.
+    if constexpr (D == BP_DTYPE_BF16) {
+      if (M == 1 && batches == 1 && (rsb == 1 || csb == 1)) {
+        std::vector<float> af(static_cast<size_t>(K)), pairs(static_cast<size_t>(K)), yf(static_cast<size_t>(N));
+        for (int64_t k = 0; k < K; ++k) af[static_cast<size_t>(k)] = ld(a[offs[0][0] + k * csa]);
+        for (int64_t k = 0; k + 32 <= K; k += 32)
+          for (int64_t i = 0; i < 16; ++i) {
+            pairs[static_cast<size_t>(k + i)] = af[static_cast<size_t>(k + 2 * i)];
+            pairs[static_cast<size_t>(k + 16 + i)] = af[static_cast<size_t>(k + 2 * i + 1)];
+          }
+        if (gemv_one(c, GemvT<bf16>{af.data(), 1, b + offs[0][1], rsb, csb, K, yf.data(), pairs.data()}, N)) {
+          for (int64_t n = 0; n < N; ++n) y[offs[0][2] + n] = st<T>(yf[static_cast<size_t>(n)]);
+          return;
+        }
+      }
     }
     // bf16 (and f32 where it wins) through oneDNN when it takes the layout.
     if (onednn::matmul(c, D, offs, M, N, K, rsa, csa, rsb, csb)) return;
