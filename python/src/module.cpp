@@ -132,13 +132,13 @@ template <typename Read> py::array host_array(bp_dtype dtype, const Shape& shape
 
 // A C-contiguous array of the expected dtype (converted/copied only when
 // the given one is not; bf16 takes float values and rounds them).
-py::array as_input(const py::handle& value, bp_dtype want, const std::string& name) {
+py::array as_input(const py::handle& value, bp_dtype want, const std::string& name, const char* kind = "input") {
   if (!py::isinstance<py::array>(value) && !py::hasattr(value, "__array__") && !py::isinstance<py::sequence>(value) &&
       !py::isinstance<py::float_>(value) && !py::isinstance<py::int_>(value) && !py::isinstance<py::bool_>(value))
-    throw Error("input '" + name + "': expected a NumPy array or a backplane.Tensor, got " +
+    throw Error(std::string(kind) + " '" + name + "': expected a NumPy array or a backplane.Tensor, got " +
                 py::str(py::type::of(value)).cast<std::string>());
   py::array given = py::array::ensure(value, 0);
-  if (!given) throw Error("input '" + name + "': cannot be read as a NumPy array");
+  if (!given) throw Error(std::string(kind) + " '" + name + "': cannot be read as a NumPy array");
   // NumPy's same_kind casting wraps integers that do not fit (int64 2^40
   // to i32): refuse them instead, naming the range.
   const py::dtype to = numpy_dtype(want);
@@ -149,7 +149,7 @@ py::array as_input(const py::handle& value, bp_dtype want, const std::string& na
       const py::object info = np.attr("iinfo")(to);
       const py::object lo = given.attr("min")(), hi = given.attr("max")();
       if (lo.attr("__lt__")(info.attr("min")).cast<bool>() || hi.attr("__gt__")(info.attr("max")).cast<bool>())
-        throw Error("input '" + name + "': values from " + py::str(lo).cast<std::string>() + " to " +
+        throw Error(std::string(kind) + " '" + name + "': values from " + py::str(lo).cast<std::string>() + " to " +
                         py::str(hi).cast<std::string>() + " do not fit " + std::string(dtype_name(want)),
                     BP_ERR_OUT_OF_RANGE);
     }
@@ -372,15 +372,25 @@ PYBIND11_MODULE(_backplane, m) {
       .def("input", [](Graph& g, const std::string& name, py::object dtype, const Shape& shape) {
         g.input(name, parse_dtype(dtype), shape);
       }, py::arg("name"), py::arg("dtype"), py::arg("shape"))
-      .def("constant", [](Graph& g, const std::string& name, py::array value) {
-        py::array a = native_order(py::array::ensure(value, py::array::c_style | py::array::forcecast));
+      .def("constant", [](Graph& g, const std::string& name, py::object value, py::object dtype) {
+        py::array a;
+        bp_dtype d = BP_DTYPE_INVALID;
+        if (dtype.is_none()) {
+          a = native_order(py::array::ensure(value, py::array::c_style | py::array::forcecast));
+          d = dtype_of(a.dtype());
+          if (d == BP_DTYPE_INVALID) throw Error("constant '" + name + "': no Backplane dtype for this array's dtype");
+        } else {
+          // Converted as an input of that dtype would be ("bf16" rounds
+          // float values to nearest even).
+          d = parse_dtype(dtype);
+          a = native_order(as_input(value, d, name, "constant"));
+        }
         a = py::array::ensure(a, py::array::c_style);
-        const bp_dtype d = dtype_of(a.dtype());
-        if (d == BP_DTYPE_INVALID) throw Error("constant '" + name + "': no Backplane dtype for this array's dtype");
         HostTensor t(d, shape_of(a));
         std::memcpy(t.data(), a.data(), t.nbytes());
         g.constant(name, std::move(t));
-      }, py::arg("name"), py::arg("value"))
+      }, py::arg("name"), py::arg("value"), py::arg("dtype") = py::none(),
+         "a constant (weights); `dtype` converts first, as upload does (\"bf16\" rounds float values)")
       .def("node", [](Graph& g, const std::string& name, const std::string& op, std::vector<std::string> inputs,
                       py::object params, const std::string& device) {
         Json p = params.is_none() ? Json::object() : to_json(params);

@@ -114,6 +114,22 @@ def test_bf16_values_cross_as_float32(rt):
     np.testing.assert_array_equal(up.numpy(), want)
 
 
+def test_constant_converted_to_bf16(rt):
+    # Graph.constant(dtype="bf16") rounds f32 values to nearest even, as
+    # upload does: 1 + 2^-8 is a tie (to 1), 1 + 3 * 2^-8 rounds up to
+    # 1 + 2^-6; a truncating conversion would give 1 + 2^-7 for the second.
+    g = backplane.Graph()
+    g.input("x", "f32", [3])
+    g.constant("c", np.array([1 + 2**-8, 1 + 3 * 2**-8, -2.5], np.float32), dtype="bf16")
+    g.node("cf", "cast", ["c"], {"dtype": "f32"})
+    g.node("y", "add", ["x", "cf"])
+    g.output("y")
+    y = rt.compile(g, "cpu")(x=np.zeros(3, np.float32))["y"]
+    np.testing.assert_array_equal(y, [1.0, 1 + 2**-6, -2.5])
+    with pytest.raises(backplane.Error, match="constant 'd': values from 0 to 300 do not fit u8"):
+        g.constant("d", np.array([0, 300]), dtype="u8")
+
+
 def test_bf16_with_torch_through_dlpack(rt):
     torch = pytest.importorskip("torch", reason="python3-torch is not installed")
     x = torch.tensor([[1.5, -2.0, 3.25], [0.0, 7.0, -0.5]], dtype=torch.bfloat16)
