@@ -4,7 +4,7 @@ on the device, updated in place (one row per token), with one plan for every
 position.
 
     PYTHONPATH=build/python /usr/bin/python3 examples/generate/generate.py \
-        [--device LIST] [--dtype f32] [--tokens N] [--size small|bench] [--check]
+        [--device LIST] [--dtype f32|bf16|q8|q4] [--tokens N] [--size small|bench] [--check]
 
 The decoder (pre-LayerNorm blocks: causal attention, a GELU MLP; learned
 positions; an untied head) has random weights of a fixed seed: nothing is
@@ -23,14 +23,19 @@ is compiled once; only `tok` and `pos` change between runs.
 `--device vulkan0,cpu` is the split: the embedding lookup and the sampling
 (argmax) pinned to the CPU, the blocks on vulkan0.
 
-`--dtype q8|q4` stores every product's weight in 8- or 4-bit blocks of 32
+`--dtype bf16` stores every product's weight in bf16 and runs the product
+in bf16 (its input rounded to bf16, f32 accumulation, the result rounded to
+bf16 and widened again). `--dtype q8|q4` stores every product's weight in 8- or 4-bit blocks of 32
 with one f16 scale (docs/ops.md, Quantized weights), run by the CPU
 plugin's cpu.matmul_q8/q4 (other devices run their decomposition).
 
 `--check` runs the same weights in PyTorch eager (its own cache grown with
-torch.cat; for q8/q4 the weights the blocks decode to) and exits 1 unless
-the generated tokens are identical and the last step's logits agree within
-1e-3 of their largest magnitude.
+torch.cat; for q8/q4 the weights the blocks decode to; for bf16 f32
+products of the bf16-rounded inputs and weights, rounded to bf16, as the
+CPU and Vulkan kernels compute them: PyTorch's own bf16 matmul rounds
+partial sums and gave a different 16th token on the small decoder) and exits 1 unless the generated tokens are identical and
+the last step's logits agree within 1e-3 of their largest magnitude (bf16:
+1e-2, as its products' outputs carry 8 significant bits).
 """
 
 import argparse
@@ -93,11 +98,20 @@ def quantize(wt, bits):
     return packed.reshape(n, k // 2), s.reshape(n, k // 32), back
 
 
+def bf16_round(a):
+    """f32 values rounded to the nearest bf16 (ties to even), as f32."""
+    b = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    r = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return r.view(np.float32)
+
+
 def prepare(w, dtype):
     """The graph's constants for `dtype`, and the f32 weights they stand for
     (PyTorch's reference runs those)."""
     if dtype == "f32":
         return dict(w), w
+    if dtype == "bf16":  # the constants stay f32 here: step_graph stores the products' in bf16
+        return dict(w), {k: (bf16_round(v) if is_product_weight(k) else v) for k, v in w.items()}
     bits = 8 if dtype == "q8" else 4
     consts, ref = {}, {}
     for name, value in w.items():
@@ -121,7 +135,13 @@ def step_graph(cfg, w, split, dtype="f32"):
     g.input("tok", "i64", [1])
     g.input("pos", "i64", [1])
     for name, value in w.items():
-        g.constant(name, value)
+        if dtype == "bf16" and is_product_weight(name):
+            # Stored [N, K] as PyTorch's Linear keeps it (rows of K to read
+            # one after another), and used through a transposed view.
+            g.constant(name + ".t", np.ascontiguousarray(value.T), dtype="bf16")
+            g.node(name, "permute", [name + ".t"], {"dims": [1, 0]})
+        else:
+            g.constant(name, value)
     g.constant("positions", np.arange(s, dtype=np.int64))
     g.constant("zero", np.zeros(1, np.float32))
     g.constant("neg_inf", np.full(1, -np.inf, np.float32))
@@ -130,6 +150,10 @@ def step_graph(cfg, w, split, dtype="f32"):
     def product(name, x, weight):
         if dtype == "f32":
             g.node(name, "matmul", [x, weight])
+        elif dtype == "bf16":
+            g.node(name + ".in", "cast", [x], {"dtype": "bf16"})
+            g.node(name + ".bf16", "matmul", [name + ".in", weight])
+            g.node(name, "cast", [name + ".bf16"], {"dtype": "f32"})
         else:
             g.node(name, "cpu.matmul_" + dtype, [x, weight + ".q", weight + ".s"])
 
@@ -240,13 +264,22 @@ class Generator:
         return out, len(prompt) / (t1 - t0), (n - 1) / (t2 - t1) if n > 1 else float("nan")
 
 
-def torch_generate(cfg, w, prompt, n):
+def torch_generate(cfg, w, prompt, n, bf16=False):
     """The same decoder in PyTorch eager, its cache grown with torch.cat:
-    the generated tokens, the last step's logits and generated tokens/s."""
+    the generated tokens, the last step's logits and generated tokens/s.
+    bf16: the products in bf16, as step_graph runs them."""
     import torch
 
     torch.set_grad_enabled(False)
     t = {k: torch.from_numpy(v) for k, v in w.items()}
+
+    def mm(x, name):
+        # bf16: the input rounded to bf16, the product in f32 of the bf16
+        # weights (ref holds them widened), the result rounded to bf16.
+        if not bf16:
+            return x @ t[name]
+        return (x.bfloat16().float() @ t[name]).bfloat16().float()
+
     d, h = cfg["d"], cfg["heads"]
     hd = d // h
     cache = [[None, None] for _ in range(cfg["layers"])]
@@ -256,7 +289,7 @@ def torch_generate(cfg, w, prompt, n):
         for i in range(cfg["layers"]):
             p = f"l{i}."
             hh = torch.nn.functional.layer_norm(x, (d,), t[p + "ln1.w"], t[p + "ln1.b"])
-            q, k, v = hh @ t[p + "wq"], hh @ t[p + "wk"], hh @ t[p + "wv"]
+            q, k, v = mm(hh, p + "wq"), mm(hh, p + "wk"), mm(hh, p + "wv")
             ck, cv = cache[i]
             ck = k if ck is None else torch.cat([ck, k])
             cv = v if cv is None else torch.cat([cv, v])
@@ -265,10 +298,10 @@ def torch_generate(cfg, w, prompt, n):
             kh = ck.reshape(-1, h, hd).permute(1, 2, 0)
             vh = cv.reshape(-1, h, hd).permute(1, 0, 2)
             probs = torch.softmax((qh @ kh) / np.sqrt(hd), dim=-1)
-            x = x + (probs @ vh).reshape(1, d) @ t[p + "wo"]
+            x = x + mm((probs @ vh).reshape(1, d), p + "wo")
             h2 = torch.nn.functional.layer_norm(x, (d,), t[p + "ln2.w"], t[p + "ln2.b"])
-            x = x + torch.nn.functional.gelu(h2 @ t[p + "w1"]) @ t[p + "w2"]
-        logits = torch.nn.functional.layer_norm(x, (d,), t["lnf.w"], t["lnf.b"]) @ t["head"]
+            x = x + mm(torch.nn.functional.gelu(mm(h2, p + "w1")), p + "w2")
+        logits = mm(torch.nn.functional.layer_norm(x, (d,), t["lnf.w"], t["lnf.b"]), "head")
         return int(torch.argmax(logits, dim=-1)[0]), logits
 
     nxt, logits = None, None
@@ -287,8 +320,8 @@ def torch_generate(cfg, w, prompt, n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="a device or a list (vulkan0,cpu: the split)")
-    ap.add_argument("--dtype", default="f32", choices=["f32", "q8", "q4"],
-                    help="the products' weights: f32, or 8-/4-bit blocks of 32 with an f16 scale (bf16: not yet)")
+    ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "q8", "q4"],
+                    help="the products' weights: f32, bf16, or 8-/4-bit blocks of 32 with an f16 scale")
     ap.add_argument("--tokens", type=int, default=16, help="tokens to generate")
     ap.add_argument("--prompt", default="1,2,3,4", help="prompt token ids, comma-separated")
     ap.add_argument("--size", default="small", choices=sorted(SIZES))
@@ -320,7 +353,8 @@ def main():
     prompt = [int(x) % cfg["vocab"] for x in args.prompt.split(",") if x.strip()]
     params = sum(v.size for v in w.values())
     consts, ref_w = prepare(w, args.dtype)
-    read = sum(v.nbytes for k, v in consts.items() if not k.endswith("_emb"))
+    read = sum(v.nbytes // (2 if args.dtype == "bf16" and is_product_weight(k) else 1)
+               for k, v in consts.items() if not k.endswith("_emb"))
     print(f"decoder: d={cfg['d']}, {cfg['layers']} layers, {cfg['heads']} heads, vocabulary {cfg['vocab']}, "
           f"max_seq {cfg['max_seq']}: {params / 1e6:.1f} M parameters ({args.dtype}: "
           f"{read / 2**20:.1f} MiB read per token)")
@@ -342,10 +376,10 @@ def main():
         print(f"FAIL: nodes ran on {sorted(on)}, the list is {args.device}", file=sys.stderr)
         ok = False
     if args.check:
-        ref, ref_logits, torch_rate = torch_generate(cfg, ref_w, prompt, args.tokens)
+        ref, ref_logits, torch_rate = torch_generate(cfg, ref_w, prompt, args.tokens, bf16=args.dtype == "bf16")
         logits = gen.plan.output("logits")
         err = float(np.max(np.abs(logits - ref_logits)))
-        bound = 1e-3 * float(np.max(np.abs(ref_logits)))
+        bound = (1e-2 if args.dtype == "bf16" else 1e-3) * float(np.max(np.abs(ref_logits)))
         same = ref == tokens
         print(f"PyTorch eager: generated tokens/s {torch_rate:.1f}; tokens {'identical' if same else 'DIFFER'}; "
               f"last logits max |error| {err:.2e} (bound {bound:.2e})")
