@@ -3,6 +3,8 @@
 #include "input_files.hpp"
 #include "ops.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,12 +16,60 @@ void Graph::input(const std::string& name, bp_dtype dtype, Shape shape) {
   if (shape.size() > BP_MAX_RANK) throw Error("graph input '" + name + "': rank " + std::to_string(shape.size()) + " exceeds 8");
   for (auto d : shape)
     if (d < 0) throw Error("graph input '" + name + "': negative dim in " + shape_str(shape));
-  inputs_.push_back({name, dtype, std::move(shape), std::nullopt});
+  inputs_.push_back({name, dtype, std::move(shape), nullptr, {}});
+}
+
+void Graph::input(const std::string& name, bp_dtype dtype, Shape shape, std::vector<std::string> dim_names) {
+  if (dim_names.size() != shape.size())
+    throw Error("graph input '" + name + "': " + std::to_string(dim_names.size()) + " dim names for rank " +
+                std::to_string(shape.size()));
+  bool dynamic = false;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (!dim_names[i].empty()) {
+      for (char ch : dim_names[i])
+        if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'))
+          throw Error("graph input '" + name + "': dim name '" + dim_names[i] + "' (letters, digits and _ only)");
+      shape[i] = 0;
+      dynamic = true;
+    }
+  input(name, dtype, shape);
+  if (!dynamic) return;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (!dim_names[i].empty()) inputs_.back().shape[i] = -1;
+  inputs_.back().dim_names = std::move(dim_names);
 }
 
 void Graph::constant(const std::string& name, HostTensor value) {
   if (value.shape.size() > BP_MAX_RANK) throw Error("graph constant '" + name + "': rank exceeds 8");
-  inputs_.push_back({name, value.dtype, value.shape, std::move(value)});
+  Shape shape = value.shape;
+  const bp_dtype dtype = value.dtype;
+  inputs_.push_back({name, dtype, std::move(shape), std::make_shared<const HostTensor>(std::move(value)), {}});
+}
+
+std::vector<std::string> Graph::dynamic_dims() const {
+  std::vector<std::string> out;
+  for (const auto& in : inputs_)
+    for (const auto& d : in.dim_names)
+      if (!d.empty() && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  return out;
+}
+
+Graph Graph::specialized(const std::map<std::string, int64_t>& dims) const {
+  Graph g = *this;
+  for (auto& in : g.inputs_) {
+    for (size_t i = 0; i < in.dim_names.size(); ++i) {
+      if (in.dim_names[i].empty()) continue;
+      auto it = dims.find(in.dim_names[i]);
+      if (it == dims.end())
+        throw Error("graph input '" + in.name + "': no size given for its dynamic dim '" + in.dim_names[i] + "'");
+      if (it->second < 0)
+        throw Error("dynamic dim '" + it->first + "': size " + std::to_string(it->second) + " is negative");
+      in.shape[i] = it->second;
+    }
+    in.dim_names.clear();
+    detail::checked_numel(in.shape, "graph input '" + in.name + "'");
+  }
+  return g;
 }
 
 void Graph::node(const std::string& name, const std::string& op, std::vector<std::string> inputs, Json params,
@@ -268,13 +318,25 @@ GraphFile parse_graph_json(const Json& j, const std::filesystem::path& base_dir)
         const Json& js = spec["shape"];
         if (!js.is_array() || js.size() > BP_MAX_RANK) throw Error(where + ": 'shape' must be a list of at most 8 ints");
         Shape shape;
+        std::vector<std::string> dim_names;
+        bool dynamic = false;
         for (const auto& v : js) {
+          if (v.is_string() && !v.get<std::string>().empty()) {  // a named dynamic dim
+            dim_names.push_back(v.get<std::string>());
+            shape.push_back(0);
+            dynamic = true;
+            continue;
+          }
           if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
-            throw Error(where + ": 'shape' must be a list of non-negative ints, found " + brief(v));
+            throw Error(where + ": 'shape' must be a list of non-negative ints or dim names, found " + brief(v));
           shape.push_back(v.get<int64_t>());
+          dim_names.emplace_back();
         }
         detail::checked_numel(shape, where + ": 'shape'");
-        gf.graph.input(name, *d, shape);
+        if (dynamic)
+          gf.graph.input(name, *d, shape, dim_names);
+        else
+          gf.graph.input(name, *d, shape);
       } else {
         throw Error(where + ": expected a .npy path, {\"file\": ...}, {\"value\": ...} or {\"dtype\": ..., \"shape\": ...}");
       }

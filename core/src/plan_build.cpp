@@ -13,6 +13,8 @@
 #include "pass_simplify.hpp"
 #include "plan_impl.hpp"
 
+#include <set>
+
 namespace backplane {
 
 namespace {
@@ -20,7 +22,8 @@ namespace {
 // Builds a plan from a placed lowering; one per compile() call.
 class Builder {
  public:
-  Builder(Plan::Impl& p, const Lowered& l, uint64_t budget) : p_(p), l_(l), budget_(budget) {}
+  Builder(Plan::Impl& p, const Lowered& l, uint64_t budget, PlanDynamic* dyn = nullptr)
+      : p_(p), l_(l), budget_(budget), dyn_(dyn) {}
 
   // Steps and buffer sizes only: nothing allocated, nothing uploaded (the
   // unoptimized baseline of CompileStats).
@@ -56,13 +59,22 @@ class Builder {
         src.last_use = std::max(src.last_use, p_.vbufs[i].last_use);
         if (p_.devs[p_.vbufs[i].dev].plugin->api()->synchronize) src.pinned = true;
       }
+    for (auto& [v, t] : l_.constants) {
+      const Value& val = p_.values[v];
+      p_.vbufs[val.root].constant = true;
+      if (dyn_ && val.byte_offset == 0) const_of_root_[val.root] = t;
+    }
     assign_cells();
     if (plan_only_) return;
     allocate();
     for (auto& [v, t] : l_.constants) {
       const Value& val = p_.values[v];
+      if (shared_cells_.count(p_.vbufs[val.root].cell)) continue;  // written by an earlier specialization
       p_.cell_of(val).write(val.byte_offset, t->data(), t->nbytes());
-      p_.vbufs[val.root].constant = true;
+      if (dyn_ && val.byte_offset == 0) {
+        const Cell& c = p_.cell_of(val);
+        dyn_->constants[{t, c.owner, p_.vbufs[val.root].size}] = p_.cells[p_.vbufs[val.root].cell];
+      }
     }
     finalize();
   }
@@ -281,7 +293,22 @@ class Builder {
         cell_free_after[best] = std::max(vb.last_use, static_cast<int>(s));
       }
     }
+    // A dynamic plan's later specializations take the constants' buffers
+    // the first one made (the same graph constant, device and size).
+    std::map<int, std::shared_ptr<Cell>> shared;
+    for (size_t i = 0; i < p_.vbufs.size(); ++i) {
+      auto it = const_of_root_.find(static_cast<int>(i));
+      if (it == const_of_root_.end() || !p_.vbufs[i].pinned) continue;
+      auto hit = dyn_->constants.find({it->second, p_.devs[p_.vbufs[i].dev].device, p_.vbufs[i].size});
+      if (hit != dyn_->constants.end()) shared[p_.vbufs[i].cell] = hit->second;
+    }
     for (size_t c = 0; c < cell_size.size(); ++c) {
+      if (auto it = shared.find(static_cast<int>(c)); it != shared.end()) {
+        shared_cells_.insert(static_cast<int>(c));
+        p_.stats.shared_constant_bytes += it->second->size;
+        p_.cells.push_back(it->second);
+        continue;
+      }
       auto cell = std::make_shared<Cell>();
       const PlanDevice& d = p_.devs[cell_dev[c]];
       cell->runtime = p_.runtime;
@@ -313,6 +340,7 @@ class Builder {
   void check_memory() {
     uint64_t total = 0;
     for (size_t c = 0; c < p_.cells.size(); ++c) {
+      if (shared_cells_.count(static_cast<int>(c))) continue;  // allocated already
       const Cell& cell = *p_.cells[c];
       const PlanDevice& d = p_.devs[cell.dev];
       const uint64_t limit = DeviceAccess::info(*d.device).max_buffer_size;
@@ -341,6 +369,7 @@ class Builder {
     // Real buffers first, then the aliases that import their memory.
     for (int pass = 0; pass < 2; ++pass)
       for (size_t c = 0; c < p_.cells.size(); ++c) {
+        if (shared_cells_.count(static_cast<int>(c))) continue;
         Cell& cell = *p_.cells[c];
         const PlanDevice& d = p_.devs[cell.dev];
         const int alias = alias_of_cell[c];
@@ -401,6 +430,9 @@ class Builder {
   uint64_t budget_;
   bool plan_only_ = false;
   std::map<std::pair<int, int>, int> moved_;  // (value, device) -> transferred value
+  PlanDynamic* dyn_ = nullptr;
+  std::map<int, const HostTensor*> const_of_root_;  // vbuf -> the graph constant it holds whole
+  std::set<int> shared_cells_;                     // cells taken from dyn_->constants
 };
 
 }  // namespace
@@ -505,6 +537,35 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
     if (!DeviceAccess::plugin(*d).loaded())
       throw Error("device '" + d->name() + "': its plugin is not loaded");
   }
+  Plan plan;
+  const std::vector<std::string> names = graph.dynamic_dims();
+  if (names.empty()) {
+    build_plan(plan, graph, devices, options, nullptr);
+    return plan;
+  }
+  // Dynamic dims: the first specialization at the sizes options.dims gives
+  // (1 for any it does not name).
+  for (const auto& [name, size] : options.dims)
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      throw Error("CompileOptions::dims names '" + name + "', which is no dynamic dim of the graph");
+  auto dyn = std::make_shared<PlanDynamic>();
+  dyn->runtime = impl_;
+  dyn->graph = graph;
+  dyn->devices = devices;
+  dyn->options = options;
+  dyn->names = names;
+  std::map<std::string, int64_t> first;
+  for (const auto& n : names) {
+    auto it = options.dims.find(n);
+    first[n] = it == options.dims.end() ? 1 : it->second;
+  }
+  plan.dyn_ = std::move(dyn);
+  plan.set_dims(first);
+  return plan;
+}
+
+void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Device*>& devices,
+                         const CompileOptions& options, PlanDynamic* dyn) {
   // Check the whole graph's shapes first, so a bad graph is reported as such
   // before any device question (vendor ops need the device or a decomposition).
   bool has_vendor_op = false;
@@ -538,13 +599,12 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
     l.notes.insert(l.notes.begin(), patterns.notes.begin(), patterns.notes.end());
     detail::place(l);
     const auto t1 = std::chrono::steady_clock::now();
-    Plan plan;
     plan.impl_ = std::make_shared<Plan::Impl>();
     auto& p = *plan.impl_;
     p.runtime = impl_;
     p.poison = options.poison_outputs;
     p.profile = options.profile;
-    Builder(p, l, impl_->options.max_memory_bytes).build();
+    Builder(p, l, impl_->options.max_memory_bytes, dyn).build();
     p.step_seconds.assign(p.steps.size(), 0.0);
     p.step_device_seconds.assign(p.steps.size(), -1.0);
     p.stats.placement_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -568,7 +628,6 @@ Plan Runtime::compile(const Graph& graph, const std::vector<Device*>& devices,
     }
     for (auto& d : p.devs) d.ctx.host = &impl_->host;
     if (options.prepare) p.prepare();
-    return plan;
   } catch (const std::bad_alloc&) {
     throw Error("compile: out of host memory (the graph's shapes need more than this machine has)",
                 BP_ERR_OUT_OF_MEMORY);

@@ -243,6 +243,35 @@ struct Plan::Impl {
 
 };
 
+// A plan compiled from a graph with dynamic dims: one specialization (a
+// Plan::Impl) per set of sizes seen, the constants' device buffers shared
+// by all of them, and the Tensors bound to the plan, bound again on each
+// specialization as it becomes current.
+struct PlanDynamic {
+  std::shared_ptr<Runtime::Impl> runtime;
+  Graph graph;  // as written (its constants shared with the specializations' graphs)
+  std::vector<Device*> devices;
+  CompileOptions options;
+  std::vector<std::string> names;  // the dynamic dims
+  std::vector<int64_t> current;    // their sizes now, parallel to names
+  std::map<std::vector<int64_t>, std::shared_ptr<Plan::Impl>> specs;
+  // Constant buffers by (graph constant, device, bytes).
+  std::map<std::tuple<const HostTensor*, const Device*, uint64_t>, std::shared_ptr<Cell>> constants;
+  // Bindings, replayed onto a specialization whose `applied` version is older.
+  std::map<std::string, Tensor> bound_inputs;
+  std::map<std::string, Tensor> bound_outputs;  // application memory too (wrapped as a Tensor)
+  uint64_t version = 0;
+  std::map<const Plan::Impl*, uint64_t> applied;
+  double last_build_seconds = 0;  // the newest specialization's compile
+
+  std::string sizes(const std::vector<int64_t>& v) const {
+    std::string out;
+    for (size_t i = 0; i < names.size(); ++i)
+      out += (i ? ", " : "") + names[i] + "=" + std::to_string(v[i]);
+    return out;
+  }
+};
+
 // "123 bytes" or "12345678 bytes (11.8 MiB)".
 
 inline std::string bytes_str(uint64_t b) {

@@ -7,6 +7,11 @@ namespace backplane {
 std::vector<std::string> Plan::describe() const {
   std::vector<std::string> out;
   if (!impl_) return out;
+  if (dyn_)
+    out.push_back("dynamic dims " + dyn_->sizes(dyn_->current) + ": specialized per size (" +
+                  std::to_string(dyn_->specs.size()) +
+                  " compiled; a size seen before is switched to without compiling, a new one is lowered, placed "
+                  "and given buffers, sharing the constants' buffers)");
   std::lock_guard<Gate> lk(impl_->mu);
   for (size_t i = 0; i < impl_->inputs.size(); ++i) {
     const auto& [name, vid] = impl_->inputs[i];

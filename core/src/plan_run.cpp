@@ -210,22 +210,44 @@ void Plan::Impl::set_input(const std::string& name, const Tensor& t) {
   input_note[i] = "a Tensor copied in (" + bytes_str(want) + ": " + why_not + ")";
 }
 
+// A dynamic plan's record of what is bound, replayed on its other
+// specializations (plan_dynamic.cpp).
+namespace {
+void forget_input_binding(PlanDynamic* d, const std::string& name) {
+  if (d && d->bound_inputs.erase(name)) ++d->version;
+}
+}  // namespace
+
 void Plan::set_input(const std::string& name, const HostTensor& t) {
   if (!impl_) throw Error("set_input on an empty plan");
-  std::lock_guard<Gate> lk(impl_->mu);
-  impl_->set_input(name, t);
+  follow_input(name, t.shape);
+  {
+    std::lock_guard<Gate> lk(impl_->mu);
+    impl_->set_input(name, t);
+  }
+  forget_input_binding(dyn_.get(), name);
 }
 
 void Plan::set_input(const std::string& name, const Tensor& t) {
   if (!impl_) throw Error("set_input on an empty plan");
-  std::lock_guard<Gate> lk(impl_->mu);
-  impl_->set_input(name, t);
+  if (t) follow_input(name, detail::tensor_impl(t)->layout.shape());
+  {
+    std::lock_guard<Gate> lk(impl_->mu);
+    impl_->set_input(name, t);
+  }
+  if (dyn_) {
+    dyn_->bound_inputs[name] = t;
+    dyn_->applied[impl_.get()] = ++dyn_->version;
+  }
 }
 
 void Plan::set_input(const std::string& name, const void* data, uint64_t bytes) {
   if (!impl_) throw Error("set_input on an empty plan");
-  std::lock_guard<Gate> lk(impl_->mu);
-  impl_->set_input(name, data, bytes);
+  {
+    std::lock_guard<Gate> lk(impl_->mu);
+    impl_->set_input(name, data, bytes);
+  }
+  forget_input_binding(dyn_.get(), name);
 }
 
 Device& Plan::input_device(const std::string& name) const {
@@ -269,6 +291,7 @@ void Plan::bind_output(const std::string& name, const Tensor& t) {
   if (!t) {
     p.bind_cell(c, p.own[c], 0);
     p.output_note.erase(name);
+    if (dyn_ && dyn_->bound_outputs.erase(name)) dyn_->applied[impl_.get()] = ++dyn_->version;
     return;
   }
   const auto& ti = detail::tensor_impl(t);
@@ -283,6 +306,10 @@ void Plan::bind_output(const std::string& name, const Tensor& t) {
   p.bind_cell(c, ti->cell, ti->byte_offset);
   p.output_note[name] = "written in place into a bound buffer on " + mine.owner->name() +
                         (ti->cell->host_memory ? " (the application's memory, imported: no copy)" : "");
+  if (dyn_) {
+    dyn_->bound_outputs[name] = t;
+    dyn_->applied[impl_.get()] = ++dyn_->version;
+  }
 }
 
 void Plan::bind_output(const std::string& name, void* data, uint64_t bytes, std::shared_ptr<void> owner) {
@@ -512,6 +539,7 @@ HostTensor Plan::Impl::output(const std::string& name) const {
 
 std::map<std::string, HostTensor> Plan::run(const std::map<std::string, HostTensor>& inputs) {
   if (!impl_) throw Error("run on an empty plan");
+  follow_inputs(inputs);
   std::lock_guard<Gate> lk(impl_->mu);
   // Every input, except those bound to a device Tensor read in place (set
   // once, e.g. weights, they serve every run).
@@ -646,6 +674,7 @@ Completion Plan::submit_keeping_outputs() { return submit_impl(nullptr, true); }
 
 Completion Plan::submit_impl(const std::map<std::string, HostTensor>* inputs, bool keep_outputs) {
   if (!impl_) throw Error("submit on an empty plan");
+  if (inputs) follow_inputs(*inputs);
   Impl* impl = impl_.get();
   {
     std::lock_guard<std::mutex> lk(impl->submitter_mu);

@@ -225,6 +225,13 @@ struct Node {
 class Graph {
  public:
   void input(const std::string& name, bp_dtype dtype, Shape shape);
+  // An input with named dynamic dims: dim i is dynamic where dim_names[i]
+  // is not empty (its entry in `shape` is ignored), e.g. {1, 0, 64} with
+  // {"", "seq", ""}. A dim name stands for one size wherever it appears;
+  // a plan compiled from the graph runs with any sizes that fit its ops
+  // (Plan::set_dims, or inputs of those sizes).
+  void input(const std::string& name, bp_dtype dtype, Shape shape, std::vector<std::string> dim_names);
+  // Holds the value (shared by copies of the graph, never copied again).
   void constant(const std::string& name, HostTensor value);
   // `device` pins the node to one device (a name Runtime::device accepts).
   void node(const std::string& name, const std::string& op, std::vector<std::string> inputs,
@@ -236,10 +243,16 @@ class Graph {
   struct Input {
     std::string name;
     bp_dtype dtype;
-    Shape shape;
-    std::optional<HostTensor> constant;
+    Shape shape;  // a dynamic dim's entry is -1
+    std::shared_ptr<const HostTensor> constant;  // null for a graph input
+    std::vector<std::string> dim_names;  // per dim, "" when static; empty when all are
   };
   const std::vector<Input>& inputs() const { return inputs_; }
+  // The dynamic dims' names, in order of first appearance (empty: static).
+  std::vector<std::string> dynamic_dims() const;
+  // A copy with every dynamic dim given its size (each must be named in
+  // `dims`, >= 0); constants are shared, not copied.
+  Graph specialized(const std::map<std::string, int64_t>& dims) const;
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<std::string>& outputs() const { return outputs_; }
 
@@ -400,6 +413,7 @@ struct RuntimeOptions {
 };
 
 class Plan;
+struct PlanDynamic;  // a dynamic plan's specializations (plan_impl.hpp)
 
 // The result of Plan::submit: the run goes on in the plan's submission
 // thread (one per plan, runs in the order submitted).
@@ -468,6 +482,10 @@ struct CompileOptions {
   // device (costs a second lowering; `backplane bench --model` and
   // `run --explain` ask for it).
   bool memory_baseline = false;
+  // Sizes of the graph's dynamic dims for the plan's first specialization
+  // (a dim not named here starts at 1). Plan::set_dims, or an input of
+  // another size, moves the plan to other sizes later.
+  std::map<std::string, int64_t> dims;
 };
 
 class Runtime {
@@ -542,7 +560,12 @@ class Runtime {
   struct Impl;
 
  private:
+  friend class Plan;  // a dynamic plan compiles its specializations
   explicit Runtime(std::shared_ptr<Impl> impl);
+  // compile() of a static graph into `out`; `dyn`: a dynamic plan's
+  // specialization, sharing its constants' buffers.
+  void build_plan(Plan& out, const Graph& graph, const std::vector<Device*>& devices, const CompileOptions& options,
+                  PlanDynamic* dyn);
   // Shared with every Plan compiled from it: a plan keeps its plugins loaded
   // after the Runtime object is gone.
   std::shared_ptr<Impl> impl_;
@@ -673,6 +696,9 @@ class Plan {
     // CompileOptions::memory_baseline asked for it; else empty.
     std::map<std::string, uint64_t> unoptimized_buffer_bytes;
     double baseline_seconds = 0;  // what that baseline cost the compile
+    // A dynamic plan's later specializations: bytes of constant buffers
+    // taken from an earlier one (neither allocated nor uploaded again).
+    uint64_t shared_constant_bytes = 0;
   };
   CompileStats compile_stats() const;
   // The devices the plan uses (runs a step on, or keeps a value on), in the
@@ -684,13 +710,33 @@ class Plan {
   // The inferred dtype/shape of any graph value.
   std::pair<bp_dtype, Shape> value_type(const std::string& name) const;
 
+  // Dynamic dims (Graph::input with dim names). The plan is specialized per
+  // set of sizes: the first time sizes are seen, the graph at those sizes
+  // is lowered, placed and given buffers (the constants' device buffers are
+  // shared by every specialization, never uploaded again); a set seen
+  // before is switched to at once. An input set (set_input, run, submit)
+  // with a dynamic dim of another size switches too, keeping the other dims.
+  // After a switch, every input is set again (as run() does); Tensors bound
+  // with set_input(Tensor) and bind_output stay bound. Not from two threads
+  // at once.
+  void set_dims(const std::map<std::string, int64_t>& dims);
+  // The current sizes (empty for a static graph).
+  std::map<std::string, int64_t> dims() const;
+  // How many sets of sizes the plan holds specializations for (1 when static).
+  size_t specializations() const;
+
   struct Impl;
 
  private:
   friend class Runtime;
   Completion submit_impl(const std::map<std::string, HostTensor>* inputs, bool keep_outputs);
+  // Moves to the sizes an input of this shape implies (dynamic plans).
+  void follow_input(const std::string& name, const Shape& shape);
+  void follow_inputs(const std::map<std::string, HostTensor>& inputs);
   // Shared with asynchronous runs in flight (Plan::submit).
   std::shared_ptr<Impl> impl_;
+  // Dynamic dims: the specializations and what every one of them shares.
+  std::shared_ptr<PlanDynamic> dyn_;
 };
 
 // Shape inference alone (no device): the dtype and shape of every value of a
