@@ -57,12 +57,14 @@ def load_graph(path):
     return _load_graph(str(path))
 
 
-def compile(graph, device="auto", keep=(), profile=False, optimize=True, memory_baseline=False):  # noqa: A001
+def compile(graph, device="auto", keep=(), profile=False, optimize=True, memory_baseline=False, dims=None):  # noqa: A001
     """Compiles `graph` for a device or an ordered list ("vulkan0,cpu").
     optimize=False runs the graph node for node (no fused vendor ops
     substituted; see plan.explain()). memory_baseline=True also sizes the
-    unoptimized graph's buffers (plan.compile_stats())."""
-    return runtime().compile(graph, device, list(keep), profile, True, optimize, memory_baseline)
+    unoptimized graph's buffers (plan.compile_stats()). dims: the first
+    sizes of the graph's dynamic dims ({"seq": 8}; 1 for any not named);
+    inputs of other sizes, or plan.set_dims, move the plan to them."""
+    return runtime().compile(graph, device, list(keep), profile, True, optimize, memory_baseline, dict(dims or {}))
 
 
 def upload(array, device="auto", dtype=None):

@@ -224,11 +224,32 @@ struct PyPlan {
   Plan plan;
   std::shared_ptr<Runtime> rt;
   std::vector<std::string> ins, outs;
+  // Inputs with dynamic dims: their dim names ("" for a static dim).
+  std::map<std::string, std::vector<std::string>> dim_names;
   // plan(...) is atomic (its inputs, run and outputs), as Plan::run is in
   // C++: taken with the GIL released, so a thread waiting for it never
   // holds the GIL that the running call needs.
   std::shared_ptr<std::mutex> call_mu = std::make_shared<std::mutex>();
 };
+
+// The sizes of dynamic dims that inputs (name -> array or Tensor) give: the
+// plan moves there before any of them is set, so no input is set at sizes
+// the next one changes.
+void follow_dims(PyPlan& p, const std::vector<std::pair<std::string, py::handle>>& inputs) {
+  if (p.dim_names.empty()) return;
+  std::map<std::string, int64_t> dims;
+  for (const auto& [name, v] : inputs) {
+    auto it = p.dim_names.find(name);
+    if (it == p.dim_names.end() || !py::hasattr(v, "shape")) continue;
+    const auto shape = v.attr("shape").cast<std::vector<int64_t>>();
+    if (shape.size() != it->second.size()) continue;
+    for (size_t i = 0; i < shape.size(); ++i)
+      if (!it->second[i].empty()) dims[it->second[i]] = shape[i];
+  }
+  if (dims.empty()) return;
+  py::gil_scoped_release nogil;
+  p.plan.set_dims(dims);
+}
 
 std::unique_lock<std::mutex> lock_call(PyPlan& p) {
   std::unique_lock<std::mutex> lk(*p.call_mu, std::try_to_lock);
@@ -369,9 +390,27 @@ PYBIND11_MODULE(_backplane, m) {
 
   py::class_<Graph>(m, "Graph")
       .def(py::init<>())
-      .def("input", [](Graph& g, const std::string& name, py::object dtype, const Shape& shape) {
-        g.input(name, parse_dtype(dtype), shape);
-      }, py::arg("name"), py::arg("dtype"), py::arg("shape"))
+      .def("input", [](Graph& g, const std::string& name, py::object dtype, py::sequence shape) {
+        // Ints, or names for dynamic dims: [1, "seq", 64].
+        Shape dims;
+        std::vector<std::string> names;
+        bool dynamic = false;
+        for (const auto& d : shape) {
+          if (py::isinstance<py::str>(d)) {
+            names.push_back(d.cast<std::string>());
+            dims.push_back(0);
+            dynamic = true;
+          } else {
+            names.emplace_back();
+            dims.push_back(d.cast<int64_t>());
+          }
+        }
+        if (dynamic)
+          g.input(name, parse_dtype(dtype), dims, names);
+        else
+          g.input(name, parse_dtype(dtype), dims);
+      }, py::arg("name"), py::arg("dtype"), py::arg("shape"),
+         "a graph input; a dim given as a name (\"seq\") is dynamic")
       .def("constant", [](Graph& g, const std::string& name, py::object value, py::object dtype) {
         py::array a;
         bp_dtype d = BP_DTYPE_INVALID;
@@ -480,6 +519,9 @@ PYBIND11_MODULE(_backplane, m) {
   py::class_<PyPlan>(m, "Plan")
       .def("__call__", [](PyPlan& p, py::kwargs kw) {
         auto lk = lock_call(p);
+        std::vector<std::pair<std::string, py::handle>> given;
+        for (auto [k, v] : kw) given.emplace_back(k.cast<std::string>(), v);
+        follow_dims(p, given);
         for (auto [k, v] : kw) set_input(p.rt.get(), p.plan, k.cast<std::string>(), v);
         {
           py::gil_scoped_release nogil;
@@ -488,6 +530,7 @@ PYBIND11_MODULE(_backplane, m) {
         return outputs(p.plan, p.outs);
       }, "runs with the given inputs (NumPy arrays or Tensors); a dict of NumPy outputs")
       .def("set_input", [](PyPlan& p, const std::string& name, py::object v, bool copy) {
+        follow_dims(p, {{name, v}});
         set_input(p.rt.get(), p.plan, name, v, copy);
       }, py::arg("name"), py::arg("value"), py::arg("copy") = false,
          "a NumPy array (copied; large C-contiguous ones read in place on the cpu unless copy=True) or a Tensor")
@@ -549,7 +592,13 @@ PYBIND11_MODULE(_backplane, m) {
       }, "the dtype name of a graph output (\"bf16\" outputs come out as float32 values)")
       .def_property_readonly("output_names", [](const PyPlan& p) { return p.outs; })
       .def_property_readonly("input_names", [](const PyPlan& p) { return p.ins; })
-      .def_property_readonly("devices", [](const PyPlan& p) { return p.plan.devices(); });
+      .def_property_readonly("devices", [](const PyPlan& p) { return p.plan.devices(); })
+      .def("set_dims", [](PyPlan& p, const std::map<std::string, int64_t>& dims) {
+        py::gil_scoped_release nogil;
+        p.plan.set_dims(dims);
+      }, py::arg("dims"), "moves a plan with dynamic dims to these sizes (compiled once per set of sizes)")
+      .def_property_readonly("dims", [](const PyPlan& p) { return p.plan.dims(); })
+      .def_property_readonly("specializations", [](const PyPlan& p) { return p.plan.specializations(); });
 
   py::class_<Runtime, std::shared_ptr<Runtime>>(m, "Runtime")
       .def(py::init([](std::vector<std::filesystem::path> plugin_paths, bool use_environment, int num_threads) {
@@ -578,8 +627,10 @@ PYBIND11_MODULE(_backplane, m) {
       }, py::arg("load") = true)
       .def("device", &Runtime::device, py::return_value_policy::reference_internal)
       .def("compile", [](std::shared_ptr<Runtime> rt, const Graph& g, const std::string& device,
-                         std::vector<std::string> keep, bool profile, bool prepare, bool optimize, bool memory_baseline) {
+                         std::vector<std::string> keep, bool profile, bool prepare, bool optimize, bool memory_baseline,
+                         std::map<std::string, int64_t> dims) {
         CompileOptions o;
+        o.dims = std::move(dims);
         o.keep = std::move(keep);
         o.profile = profile;
         o.prepare = prepare;
@@ -592,12 +643,14 @@ PYBIND11_MODULE(_backplane, m) {
         }
         p.rt = rt;
         p.outs = g.outputs();
-        for (const auto& i : g.inputs())
+        for (const auto& i : g.inputs()) {
           if (!i.constant) p.ins.push_back(i.name);
+          if (!i.dim_names.empty()) p.dim_names[i.name] = i.dim_names;
+        }
         return p;
       }, py::arg("graph"), py::arg("device") = "auto", py::arg("keep") = std::vector<std::string>{},
           py::arg("profile") = false, py::arg("prepare") = true, py::arg("optimize") = true,
-          py::arg("memory_baseline") = false)
+          py::arg("memory_baseline") = false, py::arg("dims") = std::map<std::string, int64_t>{})
       .def("upload", [](Runtime& rt, py::object value, const std::string& device, py::object dtype) {
         py::array a = py::array::ensure(value, py::array::c_style);
         if (!a) throw Error("upload: expected a NumPy array");

@@ -574,3 +574,29 @@ def test_submit_from_several_threads_gives_each_its_own_outputs():
         th.join()
     assert wrong == []
 
+
+
+def test_dynamic_dims(rt):
+    # One plan at every seq: values against NumPy at each size, a size seen
+    # before not compiled again (would catch a plan stuck at its first size,
+    # or one that compiles every call).
+    g = backplane.Graph()
+    g.input("x", "f32", ["seq", 3])
+    g.input("shift", "f32", [1])
+    g.constant("w", np.arange(6, dtype=np.float32).reshape(3, 2))
+    g.node("m", "matmul", ["x", "w"])
+    g.node("y", "add", ["m", "shift"])
+    g.output("y")
+    for dev in device_names(rt):
+        plan = rt.compile(g, dev, dims={"seq": 4})
+        assert plan.dims == {"seq": 4}
+        for seq in (4, 1, 7, 1, 4):
+            x = (np.arange(seq * 3, dtype=np.float32).reshape(seq, 3) % 5) - 2
+            y = plan(shift=np.array([seq], np.float32), x=x)["y"]
+            np.testing.assert_allclose(y, x @ np.arange(6, dtype=np.float32).reshape(3, 2) + seq, rtol=1e-6)
+            assert plan.dims == {"seq": seq}
+        assert plan.specializations == 3
+        plan.set_dims({"seq": 7})
+        assert plan.dims == {"seq": 7} and plan.specializations == 3
+        with pytest.raises(backplane.Error, match="'len' is no dynamic dim"):
+            plan.set_dims({"len": 2})
