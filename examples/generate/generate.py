@@ -13,12 +13,15 @@ downloaded. `--size bench` is d=1024, 12 layers, 16 heads, a vocabulary of
 second. `--weights FILE.npz` takes the weights from a file instead (the
 names `save_weights` writes).
 
-One step graph runs every token. Per layer it computes the token's q, k and
-v, writes k and v at row `pos` of the layer's caches with `slice_update`
-(the caches are device Tensors bound as both input and output: in place,
-one row's bytes), and attends over all `max_seq` rows with positions past
-`pos` masked to -inf (the mask is built in the graph from `pos`). The plan
-is compiled once; only `tok` and `pos` change between runs.
+One step graph runs `seq` tokens, `seq` a dynamic dim: the whole prompt in
+one run, then each generated token (seq = 1). Per layer it computes the
+tokens' q, k and v, writes k and v at rows pos .. pos + seq - 1 of the
+layer's caches with `slice_update` (the caches are device Tensors bound as
+both input and output: in place, the new rows' bytes), and attends over all
+`max_seq` rows with each token's later positions masked to -inf (the mask
+is built in the graph from the tokens' positions). One plan serves both
+sizes, a specialization each, the weights' buffers shared; only the
+inputs change between runs.
 
 `--device vulkan0,cpu` is the split: the embedding lookup and the sampling
 (argmax) pinned to the CPU, the blocks on vulkan0.
@@ -125,15 +128,18 @@ def prepare(w, dtype):
 
 
 def step_graph(cfg, w, split, dtype="f32"):
-    """One token at position `pos`: the logits, the next token (argmax), and
-    every layer's caches with the token's row written in. `w` holds the
-    constants prepare() gives for `dtype`."""
+    """`seq` tokens (a dynamic dim) at positions pos .. pos + seq - 1: the
+    last one's logits, the next token (argmax), and every layer's caches
+    with the tokens' rows written in. One plan serves the prompt (seq = its
+    length) and every generated token (seq = 1). `w` holds the constants
+    prepare() gives for `dtype`."""
     d, h, s = cfg["d"], cfg["heads"], cfg["max_seq"]
     hd = d // h
     cpu = "cpu" if split else ""
     g = backplane.Graph()
-    g.input("tok", "i64", [1])
-    g.input("pos", "i64", [1])
+    g.input("tok", "i64", ["seq"])
+    g.input("qpos", "i64", ["seq"])  # the tokens' positions
+    g.input("pos", "i64", [1])       # the first of them: where the caches are written
     for name, value in w.items():
         if dtype == "bf16" and is_product_weight(name):
             # Stored [N, K] as PyTorch's Linear keeps it (rows of K to read
@@ -158,10 +164,12 @@ def step_graph(cfg, w, split, dtype="f32"):
             g.node(name, "cpu.matmul_" + dtype, [x, weight + ".q", weight + ".s"])
 
     g.node("te", "index_select", ["tok_emb", "tok"], {"dim": 0}, device=cpu)
-    g.node("pe", "index_select", ["pos_emb", "pos"], {"dim": 0}, device=cpu)
+    g.node("pe", "index_select", ["pos_emb", "qpos"], {"dim": 0}, device=cpu)
     g.node("x0", "add", ["te", "pe"], device=cpu)
-    # The causal mask over the cache's rows: 0 up to pos, -inf after.
-    g.node("visible", "le", ["positions", "pos"])
+    # The causal mask over the cache's rows, a row per token: 0 up to the
+    # token's position, -inf after.
+    g.node("qcol", "reshape", ["qpos"], {"shape": [-1, 1]})
+    g.node("visible", "le", ["positions", "qcol"])
     g.node("mask", "where", ["visible", "zero", "neg_inf"])
     x = "x0"
     for i in range(cfg["layers"]):
@@ -174,8 +182,9 @@ def step_graph(cfg, w, split, dtype="f32"):
             product(p + n, p + "h", p + "w" + n)
         g.node(kin + "_out", "slice_update", [kin, p + "k", "pos"], {"dim": 0})
         g.node(vin + "_out", "slice_update", [vin, p + "v", "pos"], {"dim": 0})
-        # Heads: q [h, 1, hd]; keys [h, hd, s]; values [h, s, hd] (views).
-        g.node(p + "qh", "reshape", [p + "q"], {"shape": [h, 1, hd]})
+        # Heads: q [h, seq, hd]; keys [h, hd, s]; values [h, s, hd] (views).
+        g.node(p + "qr", "reshape", [p + "q"], {"shape": [-1, h, hd]})
+        g.node(p + "qh", "permute", [p + "qr"], {"dims": [1, 0, 2]})
         g.node(p + "kr", "reshape", [kin + "_out"], {"shape": [s, h, hd]})
         g.node(p + "kt", "permute", [p + "kr"], {"dims": [1, 2, 0]})
         g.node(p + "vr", "reshape", [vin + "_out"], {"shape": [s, h, hd]})
@@ -185,7 +194,8 @@ def step_graph(cfg, w, split, dtype="f32"):
         g.node(p + "masked", "add", [p + "scaled", "mask"])
         g.node(p + "probs", "softmax", [p + "masked"], {"dim": -1})
         g.node(p + "ctx", "matmul", [p + "probs", p + "vt"])
-        g.node(p + "ctx2", "reshape", [p + "ctx"], {"shape": [1, d]})
+        g.node(p + "ctxt", "permute", [p + "ctx"], {"dims": [1, 0, 2]})
+        g.node(p + "ctx2", "reshape", [p + "ctxt"], {"shape": [-1, d]})
         product(p + "attn", p + "ctx2", p + "wo")
         g.node(p + "x1", "add", [x, p + "attn"])
         g.node(p + "h2", "layer_norm", [p + "x1", p + "ln2.w", p + "ln2.b"], {"dims": [-1]})
@@ -196,7 +206,8 @@ def step_graph(cfg, w, split, dtype="f32"):
         g.output(kin + "_out")
         g.output(vin + "_out")
         x = p + "x2"
-    g.node("hf", "layer_norm", [x, "lnf.w", "lnf.b"], {"dims": [-1]})
+    g.node("last", "slice", [x], {"dim": 0, "start": -1})
+    g.node("hf", "layer_norm", ["last", "lnf.w", "lnf.b"], {"dims": [-1]})
     product("logits", "hf", "head")
     g.node("next", "argmax", ["logits"], {"dim": -1}, device=cpu)
     g.output("logits")
@@ -224,7 +235,7 @@ class Generator:
         # the kernels, pipelines): timed apart, and its cache row 0 is
         # written again by the first real step.
         t0 = time.perf_counter()
-        self.step(0, 0)
+        self.step([0], 0)
         self.first_run_seconds = time.perf_counter() - t0
 
     def placement(self):
@@ -240,26 +251,31 @@ class Generator:
         """How many steps update a cache in place (2 per layer when all do)."""
         return sum("in place (x is the output's buffer" in line for line in self.plan.describe())
 
-    def step(self, tok, pos):
-        self.plan.set_input("tok", np.array([tok], np.int64))
+    def step(self, toks, pos):
+        """Runs tokens `toks` at positions pos, pos + 1, ...; the next token."""
+        # Set one by one (plan(...) would read every output back, the caches too).
+        self.plan.set_input("tok", np.asarray(toks, np.int64))
+        self.plan.set_input("qpos", np.arange(pos, pos + len(toks), dtype=np.int64))
         self.plan.set_input("pos", np.array([pos], np.int64))
         self.plan.execute()
         return int(self.plan.output("next")[0])
 
     def generate(self, prompt, n):
-        """Feeds the prompt a token at a time, then generates n tokens."""
+        """Runs the whole prompt at once (seq = its length), then generates
+        n tokens one at a time (seq = 1): the plan holds a specialization for
+        each. Returns the tokens, prompt tokens/s and generated tokens/s (the
+        prompt's size is compiled before it is timed)."""
         if len(prompt) + n > self.cfg["max_seq"]:
             raise ValueError(f"{len(prompt)} prompt + {n} new tokens exceed max_seq {self.cfg['max_seq']}")
+        self.plan.set_dims({"seq": len(prompt)})
         t0 = time.perf_counter()
-        nxt = None
-        for pos, tok in enumerate(prompt):
-            nxt = self.step(tok, pos)
+        nxt = self.step(prompt, 0)
         t1 = time.perf_counter()
         out = []
         for i in range(n):
             out.append(nxt)
             if i + 1 < n:
-                nxt = self.step(nxt, len(prompt) + i)
+                nxt = self.step([nxt], len(prompt) + i)
         t2 = time.perf_counter()
         return out, len(prompt) / (t1 - t0), (n - 1) / (t2 - t1) if n > 1 else float("nan")
 
