@@ -5,6 +5,7 @@
 // chain100_add_4K) are also run by backplane_vulkan_raw (bench/vulkan_raw.cpp,
 // installed beside this program) just before the plugin's own timing, and the
 // plugin's overhead is reported as the ratio plugin / raw.
+#include "bench_generate.hpp"
 #include "bench_multidevice.hpp"
 #include "commands.hpp"
 #include "median_time.hpp"
@@ -64,6 +65,8 @@ const char* dtype_suffix(bp_dtype d) {
   }
 }
 
+}  // namespace
+
 // The `stream` roof: c[i] = a[i] + b[i] over 16M floats (add_16M's bytes)
 // in a plain C++ loop split over `threads` std::threads, as STREAM's "add".
 // Every memory-bound case reports its fraction of this figure, measured in
@@ -98,6 +101,8 @@ double stream_add_seconds(unsigned threads, double min_time) {
       },
       min_time);
 }
+
+namespace {
 
 Case unary_case(const std::string& name, const std::string& op, Shape shape, Json params, double out_elems) {
   Case c{name, {}, {}, 0, 0};
@@ -394,6 +399,7 @@ int cmd_bench(const Args& in) {
   const bool json = take_switch(args, "--json");
   const std::string model_path = take_option(args, "--model");
   if (!model_path.empty()) return bench_model(model_path, args, device_name, threads, min_time, json);
+  if (take_switch(args, "--generate")) return bench_generate(args, device_name, threads, json);
   reject_leftovers(args);
 
   RuntimeOptions opts;

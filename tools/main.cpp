@@ -78,11 +78,14 @@ commands:
                                         fail, and fail the run when they pass
   bench [--device LIST] [--filter CASE] [--threads N] [--min-time S] [--json]
         [--model MODEL.onnx|GRAPH.json [--input NAME=FILE.npy]... [--profile] [--optimize all|none]]
+        [--generate [--dtype f32|bf16|q8|q4] [--size bench|small] [--prompt N] [--tokens N]]
                                         per-op timings on LIST's first device, the rest
                                         as fallback; with two or more devices, also
                                         transfers between the first two, a graph split
                                         across them, and placement time; --model: one
-                                        whole model, a reused plan (median warm run)
+                                        whole model, a reused plan (median warm run);
+                                        --generate: a GPT-style decoder's prompt and
+                                        generated tokens/s against the stream roof
   manifest LIBRARY [--kind K] [--description D] [--out FILE] [--check MANIFEST]
                                         write a plugin's manifest from the built library
   ops [--markdown|--json] [--check DOC] [--update DOC]
