@@ -5,7 +5,7 @@
 #      the Python package) in $BUILD_DIR (default build-gpu);
 #   2. lists the devices and finds the GPU's Vulkan device (kind "gpu");
 #   3. the quick Vulkan conformance suite on every Vulkan device;
-#   4. `backplane bench` on the GPU's device;
+#   4. `backplane bench` on the GPU's device (and, last, `bench --generate`);
 #   5. the model set (tests/models) on the GPU's device and split with the CPU;
 # then prints one summary. Each step has its own time limit; a step that
 # cannot run says why and the others go on. Installs nothing (a device
@@ -19,6 +19,9 @@ JOBS="${JOBS:-$(nproc)}"
 STEP_LIMIT="${STEP_LIMIT:-150}"
 start=$(date +%s)
 summary=()
+# The last part of a pipeline runs in this shell, so `... | while read; do note; done`
+# adds to the summary (in a subshell the lines were lost).
+shopt -s lastpipe
 note() { summary+=("$1"); echo "== $1"; }
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -90,6 +93,15 @@ d = tempfile.mkdtemp(); p = os.path.join(d, '$m.onnx'); models.export('$m', p); 
   done
 elif [ -n "$gpu" ]; then
   note "no Python package in this build (pybind11-dev, python3-dev, python3-torch?): model set skipped"
+fi
+
+# 6. The text generator's decoder (bench size, ~200 M parameters) on the GPU:
+# f32 and bf16 weights, the prompt in one run and a token per run.
+if [ -n "$gpu" ]; then
+  for dt in f32 bf16; do
+    timeout 120 "$BP" bench --generate --device "$gpu,cpu" --dtype "$dt" --prompt 64 --tokens 32 2>&1 |
+      grep -E "tokens/s|roof|error" | while read -r line; do note "bench --generate $dt on $gpu,cpu: $line"; done
+  done
 fi
 
 echo
