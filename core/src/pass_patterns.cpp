@@ -102,7 +102,11 @@ class Substituter {
     std::vector<int> role(nodes.size(), 0);  // 0 kept, 1 anchor (replaced), 2 absorbed
     std::map<size_t, Node> replacement;
     size_t near_misses = 0;
-    for (size_t gi = 0; gi < nodes.size(); ++gi) {
+    // From the last node back: a pattern is anchored at its output node, so
+    // a longer chain (matmul -> add -> gelu, anchored at gelu) is tried
+    // before a shorter one inside it (matmul -> add) takes its nodes.
+    std::vector<std::string> notes;
+    for (size_t gi = nodes.size(); gi-- > 0;) {
       for (const Pattern& p : patterns) {
         const Json& out_node = *p.nodes[p.out];
         if (out_node["op"] != nodes[gi].op) continue;
@@ -112,8 +116,8 @@ class Substituter {
         std::optional<Node> v = prove(p, gi, m, why);
         if (!v) {
           if (near_misses++ < kMaxNearMissNotes)
-            r.notes.push_back("node '" + nodes[gi].name + "' (" + nodes[gi].op + "): not replaced by " + p.decl->op +
-                              " (" + p.shape + "): " + why);
+            notes.push_back("node '" + nodes[gi].name + "' (" + nodes[gi].op + "): not replaced by " + p.decl->op +
+                            " (" + p.shape + "): " + why);
           continue;
         }
         for (const auto& [pi, n] : m.node_of) role[n] = 2;
@@ -121,14 +125,16 @@ class Substituter {
         std::string absorbed;
         for (const auto& [pi, n] : m.node_of)
           if (n != gi) absorbed += (absorbed.empty() ? "'" : ", '") + nodes[n].name + "'";
-        r.notes.push_back("node '" + nodes[gi].name + "' (" + nodes[gi].op + ")" +
-                          (absorbed.empty() ? "" : " with " + absorbed) + ": replaced by " + p.decl->op + " on " +
-                          dev_->name() + " (its manifest's decomposition " + p.shape + " matched)");
+        notes.push_back("node '" + nodes[gi].name + "' (" + nodes[gi].op + ")" +
+                        (absorbed.empty() ? "" : " with " + absorbed) + ": replaced by " + p.decl->op + " on " +
+                        dev_->name() + " (its manifest's decomposition " + p.shape + " matched)");
         replacement[gi] = std::move(*v);
         ++r.substituted;
         break;
       }
     }
+    // In the graph's order, as --explain reads best.
+    r.notes.insert(r.notes.end(), notes.rbegin(), notes.rend());
     if (near_misses > kMaxNearMissNotes)
       r.notes.push_back(std::to_string(near_misses - kMaxNearMissNotes) + " more near misses not listed");
     if (r.substituted == 0) return r;

@@ -4,6 +4,7 @@
 #include "kernels.hpp"
 #include "onednn.hpp"
 #include "packed.hpp"
+#include "rowops.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -372,11 +373,158 @@ template <bp_dtype D> struct MatmulK {
   }
 };
 
+// cpu.matmul_add(a, b, c) = matmul(a, b) + c, c broadcast to the product's
+// shape (a Linear layer's bias: the pattern pass substitutes it for the
+// matmul -> add pair an exporter writes), and cpu.matmul_add_gelu, gelu
+// (erf form) of that (a transformer's MLP up-projection). The product runs
+// as matmul does, its operands given matmul's NumPy semantics here (the
+// host promotes only for the standard op); c is then added over the
+// product while it is still in cache, and gelu applied, in the same f32
+// operations as the separate add and gelu kernels: the same bits, one or
+// two nodes and passes over the product fewer.
+inline float gelu_erf_scalar(float x) { return 0.5f * x * std::erfc(-x * 0.7071067811865476f); }
+
+template <bool Gelu> struct MatmulAddT {
+  template <bp_dtype D> struct K {
+  static void impl(const Call& c) {
+    c.expect(3, BP_PARAMS_NONE);
+    const bp_layout &la0 = c.in_layout(0), &lb0 = c.in_layout(1), &lc = c.in_layout(2), &lo0 = c.out_layout();
+    BP_SDK_CHECK(la0.rank >= 1 && lb0.rank >= 1, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": a 0-d operand");
+    // a 1-D a is [1, K]; a 1-D b is [K, 1]; the added dims are not in y.
+    bp_layout la = la0, lb = lb0;
+    if (la0.rank == 1) {
+      la.rank = 2;
+      la.shape[0] = 1, la.strides[0] = 0;
+      la.shape[1] = la0.shape[0], la.strides[1] = la0.strides[0];
+    }
+    if (lb0.rank == 1) {
+      lb.rank = 2;
+      lb.shape[0] = lb0.shape[0], lb.strides[0] = lb0.strides[0];
+      lb.shape[1] = 1, lb.strides[1] = 0;
+    }
+    const uint32_t r = std::max(la.rank, lb.rank);
+    BP_SDK_CHECK(r <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": rank over 8");
+    // The output as matmul sees it: rank r, with the dropped dims back as 1.
+    bp_layout lo{};
+    lo.rank = r;
+    lo.offset = lo0.offset;
+    {
+      uint32_t src = lo0.rank;
+      const bool keep_n = lb0.rank > 1, keep_m = la0.rank > 1;
+      for (uint32_t i = r; i-- > 0;) {
+        const bool dropped = (i == r - 1 && !keep_n) || (i == r - 2 && !keep_m);
+        if (dropped) {
+          lo.shape[i] = 1;
+          lo.strides[i] = 0;
+        } else {
+          BP_SDK_CHECK(src > 0, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": output rank does not fit the operands");
+          --src;
+          lo.shape[i] = lo0.shape[src];
+          lo.strides[i] = lo0.strides[src];
+        }
+      }
+      BP_SDK_CHECK(src == 0, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": output rank does not fit the operands");
+    }
+    // Batch dims: each operand's right-aligned, broadcast (stride 0) to y's.
+    auto promote = [&](const bp_layout& l) {
+      bp_layout p{};
+      p.rank = r;
+      p.offset = l.offset;
+      const uint32_t pad = r - l.rank;
+      for (uint32_t i = 0; i < r; ++i) {
+        if (i + 2 >= r) {
+          p.shape[i] = l.shape[i - pad];
+          p.strides[i] = l.strides[i - pad];
+        } else if (i < pad || l.shape[i - pad] == 1) {
+          p.shape[i] = lo.shape[i];
+          p.strides[i] = 0;
+        } else {
+          p.shape[i] = l.shape[i - pad];
+          p.strides[i] = l.strides[i - pad];
+        }
+      }
+      return p;
+    };
+    const bp_layout lays[3] = {promote(la), promote(lb), lo};
+    Call mm = c;
+    mm.n_in = 2;
+    mm.lay = lays;
+    mm.op = "matmul";
+    MatmulK<D>::impl(mm);
+    // y += c over the output as the kernel was given it, c right-aligned
+    // and broadcast.
+    BP_SDK_CHECK(lc.rank <= lo0.rank, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": c has a higher rank than the product");
+    bp_layout cb{};
+    cb.rank = lo0.rank;
+    cb.offset = lc.offset;
+    for (uint32_t i = 0; i < lo0.rank; ++i) {
+      const uint32_t pad = lo0.rank - lc.rank;
+      const int64_t n = i < pad ? 1 : lc.shape[i - pad];
+      BP_SDK_CHECK(n == 1 || n == lo0.shape[i], BP_ERR_INVALID_ARGUMENT,
+                   std::string(c.op) + ": c " + dims_str(lc) + " does not broadcast to " + dims_str(lo0));
+      cb.shape[i] = lo0.shape[i];
+      cb.strides[i] = n == 1 ? 0 : lc.strides[i - pad];
+    }
+    using T = st_t<D>;
+    const T* cv = c.in_data<T>(2);
+    T* y = c.out_data<T>();
+    // Dense output with c a dense row of N broadcast over every row (the
+    // bias case): rows in parallel, each row's add and gelu in one pass.
+    const uint32_t ro = lo0.rank;
+    const int64_t N = lo0.shape[ro - 1];
+    bool rowwise = sdk::is_contiguous(lo0) && N > 0 && (cb.strides[ro - 1] == 1 || lo0.shape[ro - 1] == 1);
+    for (uint32_t i = 0; rowwise && i + 1 < ro; ++i) rowwise = cb.strides[i] == 0;
+    if (rowwise) {
+      const int64_t rows = sdk::numel(lo0) / N;
+      T* y0 = y + lo0.offset;
+      const T* c0 = cv + cb.offset;
+      const bool block = Gelu && D == BP_DTYPE_F32 && rows::enabled();
+      pfor(c, rows, std::max<int64_t>(1, 16384 / N), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          T* row = y0 + r * N;
+          for (int64_t j = 0; j < N; ++j) row[j] = st<T>(ld(row[j]) + ld(c0[j]));
+          if constexpr (Gelu) {
+            if (block) {
+              rows::gelu_erf(reinterpret_cast<float*>(row), reinterpret_cast<float*>(row), N);
+            } else {
+              for (int64_t j = 0; j < N; ++j) row[j] = st<T>(gelu_erf_scalar(ld(row[j])));
+            }
+          }
+        }
+      });
+      return;
+    }
+    const sdk::StridedWalker<2> w(lo0.rank, lo0.shape, {&cb, &lo0});
+    w.run_all([&](const int64_t* off, int64_t n, const int64_t* step) {
+      for (int64_t i = 0; i < n; ++i) {
+        T& out = y[off[1] + i * step[1]];
+        out = st<T>(ld(out) + ld(cv[off[0] + i * step[0]]));
+      }
+    });
+    if constexpr (Gelu) {
+      // As gelu's own kernel does: the vector form over dense f32.
+      if (D == BP_DTYPE_F32 && rows::enabled() && sdk::is_contiguous(lo0)) {
+        float* y0 = reinterpret_cast<float*>(y + lo0.offset);
+        pfor(c, sdk::numel(lo0), 16384, [&](int64_t b, int64_t e) { rows::gelu_erf(y0 + b, y0 + b, e - b); });
+        return;
+      }
+      const sdk::StridedWalker<1> wy(lo0.rank, lo0.shape, {&lo0});
+      wy.run_all([&](const int64_t* off, int64_t n, const int64_t* step) {
+        for (int64_t i = 0; i < n; ++i) y[off[0] + i * step[0]] = st<T>(gelu_erf_scalar(ld(y[off[0] + i * step[0]])));
+      });
+    }
+  }
+};
+};
+
 }  // namespace
 
 void register_linalg(sdk::KernelTable& t) {
   const auto k21 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d, d}; };
+  const auto k31 = [](bp_dtype d) { return std::vector<bp_dtype>{d, d, d, d}; };
   add_rows<MatmulK, BP_CPU_FLOAT_DTYPES>(t, "matmul", k21, {kStrided, kStrided});
+  add_rows<MatmulAddT<false>::K, BP_DTYPE_F32>(t, "cpu.matmul_add", k31, {kStrided, kStrided, kStrided});
+  add_rows<MatmulAddT<true>::K, BP_DTYPE_F32>(t, "cpu.matmul_add_gelu", k31, {kStrided, kStrided, kStrided});
   register_conv(t);  // conv2d and the fused convolutions right after, as the manifest lists them
 }
 
