@@ -545,3 +545,58 @@ TEST_CASE("optimizer: repeated nodes merge, dead nodes go, and the outputs stay 
     CHECK_FALSE(explains(rt->compile(h, cpu), "simplify"));
   }
 }
+
+// A transformer MLP as exporters write it: MatMul -> Add(bias) -> GELU, then
+// MatMul -> Add(bias). The pattern pass must take the longer chain for the
+// first (cpu.matmul_add_gelu anchored at the gelu, not cpu.matmul_add at the
+// add) and cpu.matmul_add for the second; the optimized plan gives the
+// unoptimized one's bits, and both are within f32 bounds of an f64 loop.
+// Would catch: the shorter pattern taking the chain, a bias added in another
+// order or rounding, gelu's vector form not used for the fused output.
+TEST_CASE("optimizer: matmul -> add (-> gelu) run as cpu.matmul_add(_gelu), bit for bit", "[optimize][cpu]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  const int64_t B = 2, S = 5, D = 16, H = 40;
+  const HostTensor w1 = random_tensor({D, H}, 11, -0.5, 0.5), b1 = random_tensor({H}, 12);
+  const HostTensor w2 = random_tensor({H, D}, 13, -0.5, 0.5), b2 = random_tensor({D}, 14);
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {B, S, D});
+  g.constant("w1", w1);
+  g.constant("b1", b1);
+  g.constant("w2", w2);
+  g.constant("b2", b2);
+  g.node("m1", "matmul", {"x", "w1"});
+  g.node("a1", "add", {"b1", "m1"});  // the bias first, as torch.onnx writes it
+  g.node("h", "gelu", {"a1"});
+  g.node("m2", "matmul", {"h", "w2"});
+  g.node("y", "add", {"m2", "b2"});
+  g.output("y");
+  Plan fused = rt->compile(g, cpu);
+  CompileOptions plain;
+  plain.optimize = false;
+  Plan unfused = rt->compile(g, cpu, plain);
+  const std::string ex = fused.explain();
+  CHECK_THAT(ex, Contains("(cpu.matmul_add_gelu)"));
+  CHECK_THAT(ex, Contains("(cpu.matmul_add)"));
+  CHECK_THAT(ex, Contains("node 'h' (gelu) with 'm1', 'a1': replaced by cpu.matmul_add_gelu"));
+  const HostTensor x = random_tensor({B, S, D}, 15);
+  const HostTensor got = fused.run({{"x", x}}).at("y"), want = unfused.run({{"x", x}}).at("y");
+  REQUIRE(got.nbytes() == want.nbytes());
+  CHECK(std::memcmp(got.data(), want.data(), got.nbytes()) == 0);
+  for (int64_t r = 0; r < B * S; ++r) {
+    std::vector<double> h(static_cast<size_t>(H));
+    for (int64_t j = 0; j < H; ++j) {
+      double s = b1.get(j);
+      for (int64_t k = 0; k < D; ++k) s += x.get(r * D + k) * w1.get(k * H + j);
+      h[static_cast<size_t>(j)] = 0.5 * s * std::erfc(-s / std::sqrt(2.0));
+    }
+    for (int64_t j = 0; j < D; ++j) {
+      double s = b2.get(j), mag = std::fabs(b2.get(j));
+      for (int64_t k = 0; k < H; ++k) {
+        s += h[static_cast<size_t>(k)] * w2.get(k * D + j);
+        mag += std::fabs(h[static_cast<size_t>(k)] * w2.get(k * D + j));
+      }
+      CHECK(std::fabs(got.get(r * D + j) - s) <= 1e-5 * mag + 1e-6);
+    }
+  }
+}
