@@ -92,8 +92,10 @@ template <class P, int W, int MR, int NV>
 
 template <class P> using MacroFn = void (*)(int64_t, int64_t, int64_t, const P*, const P*, P*, int64_t, bool);
 
+// [[maybe_unused]]: a file that multiplies only f32 (quant.cpp) leaves the
+// f64 ones unused.
 #define BP_CPU_MACRO(NAME, TARGET, P, W, MR, NV)                                                          \
-  TARGET void NAME(int64_t mc, int64_t nc, int64_t kc, const P* ap, const P* bp, P* c, int64_t ldc, bool ow) { \
+  [[maybe_unused]] TARGET void NAME(int64_t mc, int64_t nc, int64_t kc, const P* ap, const P* bp, P* c, int64_t ldc, bool ow) { \
     macro_tile<P, W, MR, NV>(mc, nc, kc, ap, bp, c, ldc, ow);                                            \
   }
 #if defined(__x86_64__)
@@ -150,7 +152,7 @@ template <class S, class P> inline P to_p(S v) { return static_cast<P>(ld(v)); }
 // f16 <-> f32 runs with F16C (every AVX2 processor has it) instead of the
 // portable bit manipulation, which cost as much as the GEMM's arithmetic.
 #if defined(__x86_64__)
-__attribute__((target("avx2,f16c"))) void f16_run_f16c(const f16* s, float* d, int64_t n) {
+[[maybe_unused]] __attribute__((target("avx2,f16c"))) void f16_run_f16c(const f16* s, float* d, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));

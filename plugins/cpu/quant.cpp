@@ -9,6 +9,7 @@
 // registers, multiplied with a's 32 values and the block sum scaled once.
 // Token generation reads every weight once per token, so the bytes read per
 // weight (1.06 for q8, 0.56 for q4, against 4 for f32) set its speed.
+#include "gemm.hpp"
 #include "kernels.hpp"
 
 #include <immintrin.h>
@@ -113,6 +114,34 @@ template <bool Q4> BP_QUANT_AVX512 void rows_avx512(const QuantArgs& g, int64_t 
   if (n < n1) rows_scalar<Q4>(g, n, n1);
 }
 
+// Several rows of a (a prompt's tokens): the plugin's packed GEMM with b
+// dequantized as it is packed, a panel of KC x NR at a time, never whole.
+// w(n, k) = s · q is the f32 product the decomposition makes; the GEMM then
+// sums as matmul does. At one row the block form above reads fewer bytes.
+template <bool Q4> struct QuantB {
+  const QuantArgs* g;
+  void pack(int64_t pc, int64_t kc, int64_t jc, int64_t nc, int64_t nr, int64_t p0, int64_t p1, float* bp) const {
+    float w[kBlock];
+    for (int64_t p = p0; p < p1; ++p) {
+      float* dst = bp + p * nr * kc;
+      for (int64_t j = 0; j < nr; ++j) {
+        const int64_t n = jc + p * nr + j;
+        if (p * nr + j >= nc) {
+          for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = 0.0f;
+          continue;
+        }
+        const uint8_t* row = g->q + n * g->ldq;
+        for (int64_t k = 0; k < kc; k += kBlock) {  // pc and kc are multiples of 32 (KC is 256, K of 32)
+          const int64_t b = (pc + k) / kBlock;
+          widen_block<Q4>(row, b, w);
+          const float sc = f16_to_float(g->s[n * g->lds + b]);
+          for (int64_t t = 0; t < kBlock; ++t) dst[(k + t) * nr + j] = sc * w[t];
+        }
+      }
+    }
+  }
+};
+
 template <bool Q4> struct MatmulQK {
   template <bp_dtype> struct K {
     static void impl(const Call& c) {
@@ -146,6 +175,10 @@ template <bool Q4> struct MatmulQK {
       if (K == 0) {
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < N; ++n) g.y[m * g.ldy + n] = 0.0f;
+        return;
+      }
+      if (M >= 4) {
+        gemm_packed<float>(c, M, N, K, StridedA<float, float>{g.a, g.lda, 1}, QuantB<Q4>{&g}, g.y, g.ldy);
         return;
       }
       // Groups of 4 weight rows split over the threads, ~kGrain products a task.
