@@ -239,12 +239,10 @@ class Generator:
         self.first_run_seconds = time.perf_counter() - t0
 
     def placement(self):
-        """Nodes per device, from the plan's explanation."""
+        """Nodes per device."""
         count = {}
-        for line in self.plan.explain().splitlines():
-            if "->" in line and "(" in line.split("->")[0]:
-                dev = line.split("->")[1].split()[0]
-                count[dev] = count.get(dev, 0) + 1
+        for p in self.plan.placement():
+            count[p["device"]] = count.get(p["device"], 0) + 1
         return count
 
     def in_place(self):

@@ -593,6 +593,18 @@ PYBIND11_MODULE(_backplane, m) {
       .def_property_readonly("output_names", [](const PyPlan& p) { return p.outs; })
       .def_property_readonly("input_names", [](const PyPlan& p) { return p.ins; })
       .def_property_readonly("devices", [](const PyPlan& p) { return p.plan.devices(); })
+      .def("placement", [](const PyPlan& p) {
+        py::list out;
+        for (const auto& pl : p.plan.placement()) {
+          py::dict e;
+          e["node"] = pl.node;
+          e["op"] = pl.op;
+          e["device"] = pl.device;
+          e["reason"] = pl.reason;
+          out.append(e);
+        }
+        return out;
+      }, "each node's device and why: [{node, op, device, reason}]")
       .def("set_dims", [](PyPlan& p, const std::map<std::string, int64_t>& dims) {
         py::gil_scoped_release nogil;
         p.plan.set_dims(dims);

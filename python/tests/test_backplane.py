@@ -590,6 +590,11 @@ def test_dynamic_dims(rt):
     for dev in device_names(rt):
         plan = rt.compile(g, dev, dims={"seq": 4})
         assert plan.dims == {"seq": 4}
+        placed = plan.placement()
+        # The CPU runs matmul -> add as its fused cpu.matmul_add.
+        want = [("y", "cpu.matmul_add", dev)] if dev == "cpu" else [("m", "matmul", dev), ("y", "add", dev)]
+        assert [(p["node"], p["op"], p["device"]) for p in placed] == want
+        assert all(p["reason"] for p in placed)
         for seq in (4, 1, 7, 1, 4):
             x = (np.arange(seq * 3, dtype=np.float32).reshape(seq, 3) % 5) - 2
             y = plan(shift=np.array([seq], np.float32), x=x)["y"]
