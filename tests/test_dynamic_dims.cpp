@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -183,6 +184,47 @@ TEST_CASE("dynamic dims: wrong names and sizes are errors naming them", "[dynami
   for (int64_t i = 0; i < 4; ++i) CHECK(out.at("m").get(i) == 4.0);
   CHECK_THROWS_WITH(Graph().input("x", BP_DTYPE_F32, {1, 2}, {"a b", ""}), Catch::Contains("dim name 'a b'"));
   CHECK_THROWS_WITH(g.specialized({{"rows", 2}}), Catch::Contains("no size given for its dynamic dim 'inner'"));
+}
+
+// Would catch: specializations kept without bound (a plan fed every length
+// from 1 to 40 holding 40 sets of buffers), or the current one dropped.
+TEST_CASE("dynamic dims: at most 16 specializations, the least recently used dropped", "[dynamic]") {
+  auto rt = make_runtime();
+  const HostTensor w = ramp({4, 3}, 0.7, 0.1), b = ramp({3}, 1.3, 0.5);
+  Plan p = rt->compile(dense_graph(w, b), rt->device("cpu"));
+  Tensor y1;
+  for (int64_t seq = 1; seq <= 40; ++seq) {
+    const HostTensor x = ramp({seq, 4}, 0.3, 0.0);
+    check_dense(p.run({{"x", x}}).at("y"), x, w, b);
+    if (seq == 1) y1 = p.output_tensor("y");
+    CHECK(p.specializations() == static_cast<size_t>(std::min<int64_t>(seq, 16)));
+    if (seq % 5 == 0) {  // an old size used again stays
+      const HostTensor x2 = ramp({2, 4}, 0.1, 0.0);
+      check_dense(p.run({{"x", x2}}).at("y"), x2, w, b);
+    }
+  }
+  // seq = 2 was used throughout, so it is still held: its output buffer is
+  // the one a Tensor taken earlier reads (a recompiled one would be new).
+  REQUIRE(p.dims().at("seq") == 2);
+  const Tensor y2 = p.output_tensor("y");
+  p.set_dims({{"seq", 40}});
+  const HostTensor x2 = ramp({2, 4}, 0.9, 1.0);
+  const HostTensor now = p.run({{"x", x2}}).at("y");
+  const HostTensor seen = y2.download();
+  REQUIRE(seen.nbytes() == now.nbytes());
+  CHECK(std::memcmp(seen.data(), now.data(), now.nbytes()) == 0);
+  CHECK(p.specializations() == 16);
+  // seq = 1, used once at the start, was dropped and is compiled again: the
+  // Tensor taken from its output keeps the old buffer, which the new
+  // specialization no longer writes.
+  const HostTensor before = y1.download();
+  const HostTensor x1 = ramp({1, 4}, 0.4, 2.0);
+  const HostTensor y1now = p.run({{"x", x1}}).at("y");
+  check_dense(y1now, x1, w, b);
+  const HostTensor after = y1.download();
+  CHECK(std::memcmp(before.data(), after.data(), after.nbytes()) == 0);
+  CHECK(std::memcmp(after.data(), y1now.data(), after.nbytes()) != 0);
+  CHECK(p.specializations() == 16);
 }
 
 TEST_CASE("dynamic dims: a graph file names them in a shape", "[dynamic][graph]") {

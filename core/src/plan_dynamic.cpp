@@ -62,8 +62,21 @@ void Plan::set_dims(const std::map<std::string, int64_t>& dims) {
     }
     d.last_build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     spec = built.impl_;
+    if (d.specs.size() >= PlanDynamic::kMaxSpecializations) {
+      // The least recently used, never the current one.
+      auto victim = d.specs.end();
+      for (auto it = d.specs.begin(); it != d.specs.end(); ++it)
+        if (it->first != d.current && (victim == d.specs.end() || d.last_used[it->first] < d.last_used[victim->first]))
+          victim = it;
+      if (victim != d.specs.end()) {
+        d.applied.erase(victim->second.get());
+        d.last_used.erase(victim->first);
+        d.specs.erase(victim);  // a run in flight on it keeps it until it ends
+      }
+    }
     d.specs[want] = spec;
   }
+  d.last_used[want] = ++d.uses;
   auto applied = d.applied.find(spec.get());
   if (applied == d.applied.end() || applied->second != d.version) {
     apply_bindings(d, *spec);

@@ -255,6 +255,12 @@ struct PlanDynamic {
   std::vector<std::string> names;  // the dynamic dims
   std::vector<int64_t> current;    // their sizes now, parallel to names
   std::map<std::vector<int64_t>, std::shared_ptr<Plan::Impl>> specs;
+  // Sizes by last use: past kMaxSpecializations, the least recently used
+  // specialization (never the current one) is dropped, its buffers freed,
+  // and compiled again if its sizes come back.
+  static constexpr size_t kMaxSpecializations = 16;
+  std::map<std::vector<int64_t>, uint64_t> last_used;
+  uint64_t uses = 0;
   // Constant buffers by (graph constant, device, bytes).
   std::map<std::tuple<const HostTensor*, const Device*, uint64_t>, std::shared_ptr<Cell>> constants;
   // Bindings, replayed onto a specialization whose `applied` version is older.
