@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -599,4 +600,70 @@ TEST_CASE("optimizer: matmul -> add (-> gelu) run as cpu.matmul_add(_gelu), bit 
       CHECK(std::fabs(got.get(r * D + j) - s) <= 1e-5 * mag + 1e-6);
     }
   }
+}
+
+// Constant folding: a chain whose inputs are all constants (a cast, a
+// transpose, an integer add, a comparison and a where, as weight
+// preprocessing and masks are written) becomes one constant at compile
+// time; float arithmetic on constants, a graph output and a node over a
+// graph input stay nodes. Would catch: folding a float op (its rounding may
+// differ per device), folding an output away, a folded value that differs
+// from the node's (the plans are compared bit for bit), or constants only
+// folded nodes read kept in device memory.
+TEST_CASE("optimizer: nodes over constants only are folded, exact ops only, bit for bit", "[optimize][fold]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  const HostTensor w = random_tensor({6, 4}, 21);
+  HostTensor steps(BP_DTYPE_I32, {4});
+  for (int64_t i = 0; i < 4; ++i) steps.set(i, static_cast<double>(i * 3 - 4));
+  HostTensor two(BP_DTYPE_I32, {1});
+  two.set(0, 2.0);
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {3, 6});
+  g.constant("w", w);
+  g.constant("steps", steps);
+  g.constant("two", two);
+  g.constant("zero", HostTensor(BP_DTYPE_F32, {1}));
+  g.node("wt", "transpose", {"w"}, {{"dim0", 0}, {"dim1", 1}});  // [4, 6]
+  g.node("wtt", "transpose", {"wt"}, {{"dim0", 0}, {"dim1", 1}});
+  g.node("shift", "add", {"steps", "two"});               // i32: exact
+  g.node("pos", "gt", {"shift", "two"});                  // bool
+  g.node("wf", "cast", {"shift"}, {{"dtype", "f32"}});
+  g.node("scaled", "mul", {"wf", "wf"});                   // f32 arithmetic: stays a node
+  g.node("bias", "where", {"pos", "wf", "zero"});          // [4]
+  g.node("m", "matmul", {"x", "wtt"});                     // reads x: a node
+  g.node("y", "add", {"m", "bias"});
+  g.node("z", "add", {"y", "scaled"});
+  g.node("minus_two", "neg", {"two"});  // an output: stays a node though its input is a constant
+  g.output("z");
+  g.output("minus_two");
+  Plan folded = rt->compile(g, cpu);
+  CompileOptions plain;
+  plain.optimize = false;
+  Plan unfolded = rt->compile(g, cpu, plain);
+  const std::string ex = folded.explain();
+  CHECK_THAT(ex, Contains("folded 6 node(s)"));
+  std::set<std::string> nodes;
+  for (const auto& pl : folded.placement()) nodes.insert(pl.node);
+  for (const char* name : {"wt", "wtt", "shift", "pos", "wf", "bias"}) CHECK(nodes.count(name) == 0);
+  for (const char* name : {"scaled", "minus_two", "y"}) CHECK(nodes.count(name) == 1);  // y: m fused in (cpu.matmul_add)
+  // w and steps were read only by folded nodes: no longer values of the plan.
+  CHECK_THROWS(folded.value_type("w"));
+  CHECK_THROWS(folded.value_type("steps"));
+  CHECK_NOTHROW(unfolded.value_type("w"));
+  const HostTensor x = random_tensor({3, 6}, 22);
+  const auto a = folded.run({{"x", x}}), b = unfolded.run({{"x", x}});
+  for (const char* out : {"z", "minus_two"}) {
+    INFO(out);
+    REQUIRE(a.at(out).nbytes() == b.at(out).nbytes());
+    CHECK(std::memcmp(a.at(out).data(), b.at(out).data(), a.at(out).nbytes()) == 0);
+  }
+  // By hand: bias = max(steps + 2, ...) where steps + 2 > 2, else 0.
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t j = 0; j < 4; ++j) {
+      const double s = steps.get(j) + 2;
+      double v = (s > 2 ? s : 0) + s * s;
+      for (int64_t k = 0; k < 6; ++k) v += x.get(r * 6 + k) * w.get(k * 4 + j);
+      CHECK(std::fabs(a.at("z").get(r * 4 + j) - v) <= 1e-5 * (std::fabs(v) + 1));
+    }
 }

@@ -40,10 +40,13 @@ void Graph::input(const std::string& name, bp_dtype dtype, Shape shape, std::vec
 }
 
 void Graph::constant(const std::string& name, HostTensor value) {
-  if (value.shape.size() > BP_MAX_RANK) throw Error("graph constant '" + name + "': rank exceeds 8");
-  Shape shape = value.shape;
-  const bp_dtype dtype = value.dtype;
-  inputs_.push_back({name, dtype, std::move(shape), std::make_shared<const HostTensor>(std::move(value)), {}});
+  constant(name, std::make_shared<const HostTensor>(std::move(value)));
+}
+
+void Graph::constant(const std::string& name, std::shared_ptr<const HostTensor> value) {
+  if (!value) throw Error("graph constant '" + name + "': no value");
+  if (value->shape.size() > BP_MAX_RANK) throw Error("graph constant '" + name + "': rank exceeds 8");
+  inputs_.push_back({name, value->dtype, value->shape, std::move(value), {}});
 }
 
 std::vector<std::string> Graph::dynamic_dims() const {

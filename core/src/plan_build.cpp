@@ -8,6 +8,7 @@
 // those whose last reader has run), allocated once, and every
 // bp_storage/bp_layout a kernel will see is built, so execute() only locks,
 // calls kernels, moves transfers and synchronizes.
+#include "pass_fold.hpp"
 #include "pass_layout.hpp"
 #include "pass_patterns.hpp"
 #include "pass_simplify.hpp"
@@ -59,10 +60,16 @@ class Builder {
         src.last_use = std::max(src.last_use, p_.vbufs[i].last_use);
         if (p_.devs[p_.vbufs[i].dev].plugin->api()->synchronize) src.pinned = true;
       }
+    // Only the dynamic plan's own graph constants are shared: they live as
+    // long as the plan (a folded constant belongs to one specialization).
+    std::set<const HostTensor*> own_constants;
+    if (dyn_)
+      for (const auto& in : dyn_->graph.inputs())
+        if (in.constant) own_constants.insert(in.constant.get());
     for (auto& [v, t] : l_.constants) {
       const Value& val = p_.values[v];
       p_.vbufs[val.root].constant = true;
-      if (dyn_ && val.byte_offset == 0) const_of_root_[val.root] = t;
+      if (dyn_ && val.byte_offset == 0 && own_constants.count(t)) const_of_root_[val.root] = t;
     }
     assign_cells();
     if (plan_only_) return;
@@ -71,7 +78,7 @@ class Builder {
       const Value& val = p_.values[v];
       if (shared_cells_.count(p_.vbufs[val.root].cell)) continue;  // written by an earlier specialization
       p_.cell_of(val).write(val.byte_offset, t->data(), t->nbytes());
-      if (dyn_ && val.byte_offset == 0) {
+      if (const_of_root_.count(val.root)) {
         const Cell& c = p_.cell_of(val);
         dyn_->constants[{t, c.owner, p_.vbufs[val.root].size}] = p_.cells[p_.vbufs[val.root].cell];
       }
@@ -573,30 +580,35 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
   if (!has_vendor_op) infer_graph(graph);
   try {
     const auto t0 = std::chrono::steady_clock::now();
-    // Passes before lowering (CompileOptions::optimize).
+    // Passes before lowering (CompileOptions::optimize): constants folded
+    // first, so the later passes see the graph as it will run.
+    std::optional<detail::FoldResult> folded;
+    if (options.optimize) folded = detail::fold_constants(*this, graph, options.keep);
+    const Graph& g = folded ? folded->graph : graph;
     detail::PatternResult patterns;
     detail::LayoutResult layouts;
     detail::SimplifyResult simplified;
     if (options.optimize) {
       if (options.vendor_kernels) {
-        patterns = detail::substitute_patterns(*this, graph, devices, options.keep);
-        layouts = detail::propagate_layouts(*this, graph, patterns.substituted ? patterns.nodes : graph.nodes(), devices,
+        patterns = detail::substitute_patterns(*this, g, devices, options.keep);
+        layouts = detail::propagate_layouts(*this, g, patterns.substituted ? patterns.nodes : g.nodes(), devices,
                                             options.keep, &patterns.types);
       }
-      simplified = detail::simplify(graph,
+      simplified = detail::simplify(g,
                                     layouts.rewritten       ? layouts.nodes
                                     : patterns.substituted ? patterns.nodes
-                                                           : graph.nodes(),
+                                                           : g.nodes(),
                                     options.keep);
     }
     const std::vector<Node>* nodes = simplified.changed() ? &simplified.nodes
                                      : layouts.rewritten  ? &layouts.nodes
                                      : patterns.substituted ? &patterns.nodes
                                                             : nullptr;
-    Lowered l = detail::lower(*this, graph, devices, options.keep, nodes, options.vendor_kernels);
+    Lowered l = detail::lower(*this, g, devices, options.keep, nodes, options.vendor_kernels);
     l.notes.insert(l.notes.begin(), simplified.notes.begin(), simplified.notes.end());
     l.notes.insert(l.notes.begin(), layouts.notes.begin(), layouts.notes.end());
     l.notes.insert(l.notes.begin(), patterns.notes.begin(), patterns.notes.end());
+    if (folded) l.notes.insert(l.notes.begin(), folded->notes.begin(), folded->notes.end());
     detail::place(l);
     const auto t1 = std::chrono::steady_clock::now();
     plan.impl_ = std::make_shared<Plan::Impl>();

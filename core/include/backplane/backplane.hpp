@@ -233,6 +233,8 @@ class Graph {
   void input(const std::string& name, bp_dtype dtype, Shape shape, std::vector<std::string> dim_names);
   // Holds the value (shared by copies of the graph, never copied again).
   void constant(const std::string& name, HostTensor value);
+  // A constant whose bytes another graph (or the caller) already holds.
+  void constant(const std::string& name, std::shared_ptr<const HostTensor> value);
   // `device` pins the node to one device (a name Runtime::device accepts).
   void node(const std::string& name, const std::string& op, std::vector<std::string> inputs,
             Json params = Json::object(), std::string device = "");
