@@ -53,6 +53,13 @@ std::pair<int64_t, int64_t> compare_unoptimized(Runtime& rt, Device& dev, const 
   return {nans, bad};
 }
 
+// The graph compiled as the optimizer leaves it, and as written.
+std::pair<Plan, Plan> optimized_and_plain(Runtime& rt, const Graph& g, Device& dev) {
+  CompileOptions plain;
+  plain.optimize = false;
+  return {rt.compile(g, dev), rt.compile(g, dev, plain)};
+}
+
 struct ConvCase {
   const char* label;
   Shape x, w;
@@ -572,10 +579,7 @@ TEST_CASE("optimizer: matmul -> add (-> gelu) run as cpu.matmul_add(_gelu), bit 
   g.node("m2", "matmul", {"h", "w2"});
   g.node("y", "add", {"m2", "b2"});
   g.output("y");
-  Plan fused = rt->compile(g, cpu);
-  CompileOptions plain;
-  plain.optimize = false;
-  Plan unfused = rt->compile(g, cpu, plain);
+  auto [fused, unfused] = optimized_and_plain(*rt, g, cpu);
   const std::string ex = fused.explain();
   CHECK_THAT(ex, Contains("(cpu.matmul_add_gelu)"));
   CHECK_THAT(ex, Contains("(cpu.matmul_add)"));
@@ -637,10 +641,7 @@ TEST_CASE("optimizer: nodes over constants only are folded, exact ops only, bit 
   g.node("minus_two", "neg", {"two"});  // an output: stays a node though its input is a constant
   g.output("z");
   g.output("minus_two");
-  Plan folded = rt->compile(g, cpu);
-  CompileOptions plain;
-  plain.optimize = false;
-  Plan unfolded = rt->compile(g, cpu, plain);
+  auto [folded, unfolded] = optimized_and_plain(*rt, g, cpu);
   const std::string ex = folded.explain();
   CHECK_THAT(ex, Contains("folded 6 node(s)"));
   std::set<std::string> nodes;
