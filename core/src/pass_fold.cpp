@@ -33,15 +33,28 @@ std::string listed(const std::vector<std::string>& names) {
 
 }  // namespace
 
-std::optional<FoldResult> fold_constants(Runtime& rt, const Graph& graph, const std::vector<std::string>& keep) {
+std::optional<FoldResult> fold_constants(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices,
+                                         const std::vector<std::string>& keep) {
   std::map<std::string, std::shared_ptr<const HostTensor>> constants;
   for (const auto& in : graph.inputs())
     if (in.constant) constants[in.name] = in.constant;
   if (constants.empty()) return std::nullopt;
+  // The CPU plugin: from the compile's list, else the runtime's "cpu" (its
+  // plugin alone loaded, never every plugin).
   Device* cpu = nullptr;
-  for (Device* d : rt.all_devices())
-    if (d->plugin_name() == "cpu" && d->name() == "cpu") cpu = d;
-  if (!cpu) return std::nullopt;
+  for (Device* d : devices)
+    if (d->plugin_name() == "cpu") cpu = d;
+  if (!cpu)
+    for (const auto& e : rt.devices())
+      if (e.plugin == "cpu" && (e.name == "cpu" || e.state == PluginState::NotLoaded)) {
+        try {
+          cpu = &rt.device("cpu");
+        } catch (const Error&) {
+          return std::nullopt;
+        }
+        break;
+      }
+  if (!cpu || cpu->plugin_name() != "cpu") return std::nullopt;
   std::set<std::string> wanted(graph.outputs().begin(), graph.outputs().end());
   wanted.insert(keep.begin(), keep.end());
 

@@ -24,7 +24,10 @@ struct FoldResult {
   int folded = 0;
 };
 
-// nullopt when nothing folds (or no loaded CPU device can compute it).
-std::optional<FoldResult> fold_constants(Runtime& rt, const Graph& graph, const std::vector<std::string>& keep);
+// nullopt when nothing folds, or no CPU plugin can compute it (the one in
+// the compile's device list, else the runtime's "cpu"; no other plugin is
+// loaded for it).
+std::optional<FoldResult> fold_constants(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices,
+                                         const std::vector<std::string>& keep);
 
 }  // namespace backplane::detail

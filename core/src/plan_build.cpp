@@ -583,7 +583,7 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
     // Passes before lowering (CompileOptions::optimize): constants folded
     // first, so the later passes see the graph as it will run.
     std::optional<detail::FoldResult> folded;
-    if (options.optimize) folded = detail::fold_constants(*this, graph, options.keep);
+    if (options.optimize) folded = detail::fold_constants(*this, graph, devices, options.keep);
     const Graph& g = folded ? folded->graph : graph;
     detail::PatternResult patterns;
     detail::LayoutResult layouts;
