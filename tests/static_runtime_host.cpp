@@ -2,7 +2,8 @@
 // constructed before any plugin is loaded, so at process exit its destructor
 // (which shuts the plugins down and unloads them) runs after the plugins' own
 // static destructors. The Vulkan plugin once kept its instance and devices in
-// a function-local static and crashed here at exit. Runs one op on vulkan0 and
+// a function-local static and crashed here at exit; the remote plugin its
+// list of instances. Runs one op on vulkan0 and
 // must exit 0; exits 77 (skipped) when there is no Vulkan device.
 #include <backplane/backplane.hpp>
 #include <cstdio>
@@ -26,6 +27,9 @@ int main() {
     std::printf("skipped: no vulkan0 (%s)\n", e.what());
     return 77;  // the static Runtime still shuts the loaded plugin down at exit
   }
+  // Every plugin loaded, so every one is shut down from the static at exit
+  // (the remote plugin's instance list was once destroyed before that).
+  runtime().load_all();
   try {
     backplane::Graph g;
     g.input("a", BP_DTYPE_F32, {4});

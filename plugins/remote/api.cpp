@@ -325,8 +325,11 @@ bp_error* synchronize(void*, bp_device* device, bp_run* handle, uint64_t* out_ns
 // An instance the host took but never initialized (it rejected the plugin
 // first) is reclaimed only when kMaxInstances are live.
 constexpr size_t kMaxInstances = 64;
-std::mutex g_instances_mu;
-std::vector<std::unique_ptr<Instance>> g_instances;
+// Never destroyed: a host that keeps its Runtime in a static shuts the
+// plugin down after this library's static destructors have run (a vector
+// destroyed at exit was then read by shutdown: ASan, heap-use-after-free).
+std::mutex& g_instances_mu = *new std::mutex;
+std::vector<std::unique_ptr<Instance>>& g_instances = *new std::vector<std::unique_ptr<Instance>>;
 
 Instance* instance(void* plugin) { return static_cast<Instance*>(plugin); }
 
