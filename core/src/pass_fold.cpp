@@ -24,6 +24,15 @@ bool exact_op(const std::string& op, bp_dtype dtype) {
   return integer && on_integers.count(op);
 }
 
+// Views cost nothing at run time (no kernel, no copy): over constants they
+// are computed for the nodes that fold after them, but stay views, so no
+// dense copy of a constant is made and patterns over them still match.
+bool view_op(const std::string& op) {
+  static const std::set<std::string> views = {"reshape", "permute", "transpose", "broadcast_to",
+                                              "slice",   "squeeze", "unsqueeze"};
+  return views.count(op) > 0;
+}
+
 std::string listed(const std::vector<std::string>& names) {
   std::string s;
   for (size_t i = 0; i < names.size() && i < 4; ++i) s += (i ? ", '" : "'") + names[i] + "'";
@@ -93,6 +102,7 @@ std::optional<FoldResult> fold_constants(Runtime& rt, const Graph& graph, const 
       continue;  // a data error (an index out of range): left for the run to report
     }
     constants[n.name] = std::make_shared<const HostTensor>(std::move(value));
+    if (view_op(n.op)) continue;  // known for later folds; the node stays a view
     folded.insert(n.name);
     folded_names.push_back(n.name);
     read_by_folded.insert(n.inputs.begin(), n.inputs.end());

@@ -3,9 +3,11 @@
 // device (data movement, casts, comparisons, selection, integer arithmetic:
 // the conformance suite's exact class), and whose result is at most
 // kFoldLimitBytes, is computed once at compile time by the CPU plugin and
-// becomes a constant. Chains fold in order. Graph outputs and kept values
-// stay nodes. Constants that only folded nodes read are dropped. Results
-// are bit-identical to the graph as written on every device.
+// becomes a constant. Chains fold in order. Views (reshape, permute, slice,
+// ...) over constants stay views, their values used by the nodes that fold
+// after them. Graph outputs and kept values stay nodes. Constants that only
+// folded nodes read are dropped. Results are bit-identical to the graph as
+// written on every device.
 #pragma once
 
 #include <backplane/backplane.hpp>
