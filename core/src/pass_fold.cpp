@@ -1,5 +1,6 @@
 // Constant folding (see pass_fold.hpp).
 #include "pass_fold.hpp"
+#include "pass_simplify.hpp"
 
 #include <map>
 #include <memory>
@@ -33,12 +34,6 @@ bool view_op(const std::string& op) {
   return views.count(op) > 0;
 }
 
-std::string listed(const std::vector<std::string>& names) {
-  std::string s;
-  for (size_t i = 0; i < names.size() && i < 4; ++i) s += (i ? ", '" : "'") + names[i] + "'";
-  if (names.size() > 4) s += " and " + std::to_string(names.size() - 4) + " more";
-  return s;
-}
 
 }  // namespace
 

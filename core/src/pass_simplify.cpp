@@ -9,19 +9,13 @@
 
 namespace backplane::detail {
 
-namespace {
-
-constexpr size_t kNamesListed = 4;
-
-// "'a', 'b', 'c' and 2 more"
 std::string listed(const std::vector<std::string>& names) {
+  constexpr size_t kNamesListed = 4;
   std::string s;
   for (size_t i = 0; i < names.size() && i < kNamesListed; ++i) s += (i ? ", '" : "'") + names[i] + "'";
   if (names.size() > kNamesListed) s += " and " + std::to_string(names.size() - kNamesListed) + " more";
   return s;
 }
-
-}  // namespace
 
 SimplifyResult simplify(const Graph& graph, const std::vector<Node>& nodes, const std::vector<std::string>& keep) {
   SimplifyResult r;

@@ -30,4 +30,7 @@ struct SimplifyResult {
 
 SimplifyResult simplify(const Graph& graph, const std::vector<Node>& nodes, const std::vector<std::string>& keep);
 
+// Node names for the passes' notes: "'a', 'b', 'c', 'd' and 2 more".
+std::string listed(const std::vector<std::string>& names);
+
 }  // namespace backplane::detail
