@@ -38,29 +38,6 @@ HostTensor f32_tensor(Shape shape, const std::vector<float>& v) {
   return t;
 }
 
-uint16_t to_f16(float x) {  // round to nearest even; scales are finite and small
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  const uint32_t sign = (b >> 16) & 0x8000u;
-  const float a = std::fabs(x);
-  if (a < 6.103515625e-05f) {  // subnormal: a multiple of 2^-24
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
-  }
-  int e;
-  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  uint32_t mant = static_cast<uint32_t>(std::nearbyint((m * 2.0f - 1.0f) * 1024.0f));
-  int exp = e - 1 + 15;
-  if (mant == 1024) mant = 0, ++exp;
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7C00u);
-  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp) << 10) | mant);
-}
-
-float from_f16(uint16_t h) {
-  const uint32_t e = (h >> 10) & 31u, m = h & 1023u;
-  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -24) : std::ldexp(1.0f + m / 1024.0f, static_cast<int>(e) - 15);
-  return (h & 0x8000u) ? -v : v;
-}
-
 // W [K, N] in blocks of 32 along K (docs/ops.md, Quantized weights): q
 // [N, K] i8 (bits 8) or [N, K/2] u8 nibbles (bits 4), s [N, K/32] f16.
 void quantize(const std::vector<float>& w, int64_t K, int64_t N, int bits, HostTensor& q, HostTensor& s) {
@@ -73,9 +50,9 @@ void quantize(const std::vector<float>& w, int64_t K, int64_t N, int bits, HostT
     for (int64_t b = 0; b < K / 32; ++b) {
       float amax = 0;
       for (int64_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(w[static_cast<size_t>((b * 32 + j) * N + n)]));
-      const uint16_t h = to_f16(amax / static_cast<float>(top));
+      const uint16_t h = float_to_f16(amax / static_cast<float>(top));  // the SDK's rounding
       ss[n * (K / 32) + b] = h;
-      const float sc = from_f16(h);
+      const float sc = f16_to_float(h);
       int v[32];
       for (int64_t j = 0; j < 32; ++j) {
         const float x = w[static_cast<size_t>((b * 32 + j) * N + n)];
