@@ -7,29 +7,7 @@
 // as it becomes current.
 #include "plan_impl.hpp"
 
-#include <chrono>
-
 namespace backplane {
-
-namespace {
-
-// Binds what the plan holds bound onto `p` (a specialization just made
-// current). A binding whose shape the specialization does not have is left
-// out and said in describe().
-void apply_bindings(PlanDynamic& d, Plan::Impl& p) {
-  std::lock_guard<Gate> lk(p.mu);
-  for (const auto& [name, t] : d.bound_inputs) {
-    try {
-      p.set_input(name, t);
-    } catch (const Error& e) {
-      const int i = p.input_index(name);
-      p.input_note[static_cast<size_t>(i)] = std::string("not bound at these sizes (") + e.what() + ")";
-    }
-  }
-  d.applied[&p] = d.version;
-}
-
-}  // namespace
 
 void Plan::set_dims(const std::map<std::string, int64_t>& dims) {
   if (!dyn_) {
@@ -52,7 +30,6 @@ void Plan::set_dims(const std::map<std::string, int64_t>& dims) {
   } else {
     std::map<std::string, int64_t> sizes;
     for (size_t i = 0; i < d.names.size(); ++i) sizes[d.names[i]] = want[i];
-    const auto t0 = std::chrono::steady_clock::now();
     Plan built;
     try {
       Runtime rt(d.runtime);
@@ -60,7 +37,6 @@ void Plan::set_dims(const std::map<std::string, int64_t>& dims) {
     } catch (const Error& e) {
       throw Error("the graph at " + d.sizes(want) + ": " + e.what(), e.code());
     }
-    d.last_build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     spec = built.impl_;
     if (d.specs.size() >= PlanDynamic::kMaxSpecializations) {
       // The least recently used, never the current one.
@@ -79,8 +55,20 @@ void Plan::set_dims(const std::map<std::string, int64_t>& dims) {
   d.last_used[want] = ++d.uses;
   auto applied = d.applied.find(spec.get());
   if (applied == d.applied.end() || applied->second != d.version) {
-    apply_bindings(d, *spec);
-    // Outputs bound to a Tensor: bound again where the shape fits.
+    // What the plan holds bound, bound again on this specialization; a
+    // binding whose shape it does not have is left out and said in
+    // describe().
+    {
+      std::lock_guard<Gate> lk(spec->mu);
+      for (const auto& [name, t] : d.bound_inputs) {
+        try {
+          spec->set_input(name, t);
+        } catch (const Error& e) {
+          spec->input_note[static_cast<size_t>(spec->input_index(name))] =
+              std::string("not bound at these sizes (") + e.what() + ")";
+        }
+      }
+    }
     for (const auto& [name, t] : d.bound_outputs) {
       Plan tmp;
       tmp.impl_ = spec;
@@ -91,6 +79,7 @@ void Plan::set_dims(const std::map<std::string, int64_t>& dims) {
         spec->output_note[name] = std::string("not bound at these sizes (") + e.what() + ")";
       }
     }
+    d.applied[spec.get()] = d.version;
   }
   // Inputs set from host data at the old sizes whose shape is the same at
   // the new ones go with the plan (set_input calls in any order, then

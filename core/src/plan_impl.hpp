@@ -268,7 +268,6 @@ struct PlanDynamic {
   std::map<std::string, Tensor> bound_outputs;  // application memory too (wrapped as a Tensor)
   uint64_t version = 0;
   std::map<const Plan::Impl*, uint64_t> applied;
-  double last_build_seconds = 0;  // the newest specialization's compile
 
   std::string sizes(const std::vector<int64_t>& v) const {
     std::string out;
