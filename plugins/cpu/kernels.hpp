@@ -76,6 +76,10 @@ template <> struct Num<bf16> {
   static bf16 st(float v) { return bf16{float_to_bf16(v)}; }
 };
 
+// gelu's erf form, 0.5x(1 + erf(x/sqrt2)) == 0.5x * erfc(-x/sqrt2), accurate
+// for x << 0: the gelu kernel's scalar form, and the fused ops' (linalg.cpp).
+template <class C> inline C gelu_erf_one(C x) { return C(0.5) * x * std::erfc(-x * C(0.7071067811865476)); }
+
 template <class T> using comp_t = typename Num<T>::C;
 template <class T> inline comp_t<T> ld(T v) { return Num<T>::ld(v); }
 template <class T> inline T st(comp_t<T> v) { return Num<T>::st(v); }

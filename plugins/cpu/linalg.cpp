@@ -382,7 +382,6 @@ template <bp_dtype D> struct MatmulK {
 // product while it is still in cache, and gelu applied, in the same f32
 // operations as the separate add and gelu kernels: the same bits, one or
 // two nodes and passes over the product fewer.
-inline float gelu_erf_scalar(float x) { return 0.5f * x * std::erfc(-x * 0.7071067811865476f); }
 
 template <bool Gelu> struct MatmulAddT {
   template <bp_dtype D> struct K {
@@ -487,7 +486,7 @@ template <bool Gelu> struct MatmulAddT {
             if (block) {
               rows::gelu_erf(reinterpret_cast<float*>(row), reinterpret_cast<float*>(row), N);
             } else {
-              for (int64_t j = 0; j < N; ++j) row[j] = st<T>(gelu_erf_scalar(ld(row[j])));
+              for (int64_t j = 0; j < N; ++j) row[j] = st<T>(gelu_erf_one(ld(row[j])));
             }
           }
         }
@@ -510,7 +509,7 @@ template <bool Gelu> struct MatmulAddT {
       }
       const sdk::StridedWalker<1> wy(lo0.rank, lo0.shape, {&lo0});
       wy.run_all([&](const int64_t* off, int64_t n, const int64_t* step) {
-        for (int64_t i = 0; i < n; ++i) y[off[0] + i * step[0]] = st<T>(gelu_erf_scalar(ld(y[off[0] + i * step[0]])));
+        for (int64_t i = 0; i < n; ++i) y[off[0] + i * step[0]] = st<T>(gelu_erf_one(ld(y[off[0] + i * step[0]])));
       });
     }
   }

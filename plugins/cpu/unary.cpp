@@ -65,8 +65,7 @@ struct Gelu : Costly {
       const C u = C(0.7978845608028654) * (x + C(0.044715) * x * x * x);
       return x / (C(1) + std::exp(C(-2) * u));
     }
-    // 0.5x(1 + erf(x/sqrt2)) == 0.5x * erfc(-x/sqrt2), accurate for x << 0.
-    return C(0.5) * x * std::erfc(-x * C(0.7071067811865476));
+    return gelu_erf_one(x);
   }
   // The erf form over dense f32 on AVX2: rows::gelu_erf (a fitted erfc,
   // ~30x the libm erfcf per element above).
