@@ -91,6 +91,51 @@ void conv2d_cases(CaseContext& ctx) {
   }
 }
 
+// scaled_dot_product_attention: single and many heads, Sq < Sk (a KV
+// cache), Sq == 1, key counts that cross the CPU kernel's 128-key blocks,
+// masks of every broadcast form (with -inf entries), causal with Sq == Sk,
+// Sq < Sk and Sq > Sk (its first rows see no key: NaN, as the composed ops
+// give), explicit scales, empty batches and empty key sets. v is mostly
+// positive so a weighted average never cancels to ~0, where the relative
+// bound would measure noise.
+void attention_cases(CaseContext& ctx) {
+  const KernelSpec& k = ctx.kernel;
+  const size_t n = k.declared_inputs();
+  require(n == 4 && k.in(0) == k.out() && k.in(1) == k.out() && k.in(2) == k.out() && k.in(3) == k.out() &&
+              is_float(k.out()),
+          k, "scaled_dot_product_attention takes q, k, v, mask? of one float dtype");
+  const bp_dtype d = k.out();
+  struct Att {
+    Shape q, k, v;
+    std::optional<Shape> mask;
+    Json params;
+  };
+  std::vector<Att> list = {
+      {{1, 1}, {1, 1}, {1, 1}, std::nullopt, Json::object()},
+      {{5, 8}, {7, 8}, {7, 3}, std::nullopt, Json::object()},
+      {{2, 3, 4, 16}, {2, 3, 9, 16}, {2, 3, 9, 16}, Shape{4, 9}, Json::object()},
+      {{2, 1, 16}, {2, 200, 16}, {2, 200, 24}, Shape{2, 1, 200}, {{"scale", 0.3}}},
+      {{3, 6, 32}, {3, 6, 32}, {3, 6, 32}, std::nullopt, {{"causal", true}}},
+      {{2, 4, 8}, {2, 11, 8}, {2, 11, 5}, Shape{1, 1, 11}, {{"causal", true}}},
+      {{1, 6, 8}, {1, 4, 8}, {1, 4, 8}, std::nullopt, {{"causal", true}}},
+      {{1, 2, 140, 40}, {1, 2, 300, 40}, {1, 2, 300, 40}, Shape{2, 1, 1}, {{"causal", true}, {"scale", 0.2}}},
+      {{0, 3, 8}, {0, 5, 8}, {0, 5, 4}, std::nullopt, Json::object()},
+      {{2, 3, 8}, {2, 0, 8}, {2, 0, 4}, std::nullopt, Json::object()},
+  };
+  if (ctx.large) list.push_back({{1, 4, 256, 64}, {1, 4, 256, 64}, {1, 4, 256, 64}, std::nullopt, {{"causal", true}}});
+  for (const auto& a : list) {
+    OpSpec s;
+    s.op = "scaled_dot_product_attention";
+    s.params = a.params;
+    s.tol = TolClass::Compound;
+    InputSpec mask{"mask", d, a.mask.value_or(Shape{1}), with_specials(fill_uniform(-2.0, 0.5), {-INFINITY}, 0.1)};
+    mask.absent = !a.mask;
+    s.inputs = {{"q", d, a.q, fill_uniform(-1.0, 1.0)}, {"k", d, a.k, fill_uniform(-1.0, 1.0)},
+                {"v", d, a.v, dot_fill()}, mask};
+    ctx.add(s);
+  }
+}
+
 // max_pool2d and avg_pool2d: the same windows (stride, padding of 1, 2 and
 // 4 values, dilation, ceil_mode with and without a dropped last window,
 // non-square kernels, N > 1, empty batches, windows wholly in padding);
@@ -281,6 +326,7 @@ void slice_update_cases(CaseContext& ctx) {
 
 void register_linalg_cases() {
   register_op_cases("matmul", matmul_cases);
+  register_op_cases("scaled_dot_product_attention", attention_cases);
   register_op_cases("conv2d", conv2d_cases);
   register_op_cases("max_pool2d", pool2d_cases);
   register_op_cases("avg_pool2d", pool2d_cases);

@@ -218,6 +218,8 @@ std::vector<RefTensor> reference(const std::string& op, const std::vector<const 
   if (op == "layer_norm")
     return ref_layer_norm(need(op, in, 0), in.size() > 1 ? in[1] : nullptr, in.size() > 2 ? in[2] : nullptr, p);
   if (op == "matmul") return ref_matmul(need(op, in, 0), need(op, in, 1));
+  if (op == "scaled_dot_product_attention")
+    return ref_attention(need(op, in, 0), need(op, in, 1), need(op, in, 2), in.size() > 3 ? in[3] : nullptr, p);
   if (op == "conv2d") return ref_conv2d(need(op, in, 0), need(op, in, 1), in.size() > 2 ? in[2] : nullptr, p);
   if (op == "max_pool2d" || op == "avg_pool2d") return ref_pool2d(op, need(op, in, 0), p);
   if (op == "gather") return ref_gather(need(op, in, 0), need(op, in, 1), p);
@@ -236,7 +238,7 @@ const std::vector<std::string>& reference_ops() {
       "ceil", "round", "relu", "sigmoid", "silu", "softplus", "gelu", "clamp", "affine", "add", "sub", "mul", "div",
       "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge", "where", "cast", "reshape", "permute",
       "transpose", "broadcast_to", "slice", "squeeze", "unsqueeze", "contiguous", "sum", "mean", "prod", "max", "min",
-      "argmax", "argmin", "softmax", "log_softmax", "cumsum", "layer_norm", "matmul", "conv2d", "max_pool2d", "avg_pool2d", "gather",
+      "argmax", "argmin", "softmax", "log_softmax", "cumsum", "layer_norm", "matmul", "scaled_dot_product_attention", "conv2d", "max_pool2d", "avg_pool2d", "gather",
       "index_select", "concat", "slice_update", "topk", "var_mean", "selective_scan"};
   return ops;
 }

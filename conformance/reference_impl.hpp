@@ -175,6 +175,8 @@ std::vector<RefTensor> ref_var_mean(const HostTensor& x, const Json& p);
 
 // Products, convolutions, pooling, indexing (reference_linalg.cpp)
 std::vector<RefTensor> ref_matmul(const HostTensor& a, const HostTensor& b);
+std::vector<RefTensor> ref_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                                     const HostTensor* mask, const Json& p);
 std::vector<RefTensor> ref_conv2d(const HostTensor& x, const HostTensor& w, const HostTensor* bias, const Json& p);
 std::vector<RefTensor> ref_pool2d(const std::string& op, const HostTensor& x, const Json& p);
 std::vector<RefTensor> ref_gather(const HostTensor& x, const HostTensor& index, const Json& p);

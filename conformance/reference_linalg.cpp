@@ -47,6 +47,52 @@ std::vector<RefTensor> ref_matmul(const HostTensor& a, const HostTensor& b) {
   return {out};
 }
 
+// scaled_dot_product_attention, composed in f64 as docs/ops.md writes it:
+// scores, mask and causal -inf, a softmax over the keys, the weighted sum.
+std::vector<RefTensor> ref_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                                     const HostTensor* mask, const Json& p) {
+  const size_t rank = q.shape.size();
+  if (rank < 2 || k.shape.size() != rank || v.shape.size() != rank) bad("scaled_dot_product_attention", "ranks");
+  const Shape batch(q.shape.begin(), q.shape.end() - 2);
+  const int64_t Sq = q.shape[rank - 2], D = q.shape[rank - 1], Sk = k.shape[rank - 2], Dv = v.shape[rank - 1];
+  const double scale = has(p, "scale") ? p_double(p, "scale", 1.0) : 1.0 / std::sqrt(static_cast<double>(D));
+  const bool causal = p_bool(p, "causal", false);
+  Shape out_shape = batch;
+  out_shape.push_back(Sq);
+  out_shape.push_back(Dv);
+  RefTensor out(q.dtype, out_shape);
+  std::vector<double> s(static_cast<size_t>(Sk));
+  int64_t b = 0;
+  for (MultiIndex bi(batch); bi; ++bi, ++b) {
+    for (int64_t i = 0; i < Sq; ++i) {
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < Sk; ++j) {
+        double d = 0;
+        for (int64_t c = 0; c < D; ++c) d += load_f64(q, (b * Sq + i) * D + c) * load_f64(k, (b * Sk + j) * D + c);
+        d *= scale;
+        if (mask) {
+          std::vector<int64_t> idx = bi.idx();
+          idx.push_back(i);
+          idx.push_back(j);
+          d += load_f64(*mask, broadcast_flat(idx, mask->shape));
+        }
+        if (causal && j > i + Sk - Sq) d = -std::numeric_limits<double>::infinity();
+        s[static_cast<size_t>(j)] = d;
+        mx = std::max(mx, d);
+      }
+      double sum = 0;
+      for (auto& x : s) sum += (x = std::exp(x - mx));  // a row of -inf gives NaN
+      if (Sk == 0) sum = 1;  // no keys: zeros, as the composed ops give
+      for (int64_t c = 0; c < Dv; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < Sk; ++j) acc += s[static_cast<size_t>(j)] * load_f64(v, (b * Sk + j) * Dv + c);
+        out.set((b * Sq + i) * Dv + c, acc / sum);
+      }
+    }
+  }
+  return {out};
+}
+
 std::vector<int64_t> pair_param(const Json& p, const char* name, int64_t def) {
   if (!has(p, name)) return {def, def};
   auto v = p_ints(p, name).value();

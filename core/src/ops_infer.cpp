@@ -390,6 +390,47 @@ void conv2d(const Args& a, InferredNode& r) {
 // bp_op_params size.
 static_assert(sizeof(bp_pool2d_params) <= sizeof(bp_conv2d_params), "bp_op_params must not grow");
 
+static_assert(sizeof(bp_attention_params) <= sizeof(bp_conv2d_params), "bp_op_params must not grow");
+
+// scaled_dot_product_attention: q [..., Sq, D], k [..., Sk, D], v [..., Sk,
+// Dv] with the same batch dims (no broadcast between them: a kernel walks one
+// batch of each together); the mask broadcasts to [..., Sq, Sk].
+void attention(const Args& a, InferredNode& r) {
+  const Shape& q = a.x(0).shape;
+  const Shape& k = a.x(1).shape;
+  const Shape& v = a.x(2).shape;
+  const size_t rank = q.size();
+  if (k.size() != rank || v.size() != rank)
+    a.fail("q, k and v must have one rank (" + shape_str(q) + ", " + shape_str(k) + ", " + shape_str(v) + ")");
+  const Shape batch(q.begin(), q.end() - 2);
+  if (Shape(k.begin(), k.end() - 2) != batch || Shape(v.begin(), v.end() - 2) != batch)
+    a.fail("q, k and v must have the same batch dims (" + shape_str(q) + ", " + shape_str(k) + ", " + shape_str(v) +
+           ")");
+  const int64_t Sq = q[rank - 2], D = q[rank - 1], Sk = k[rank - 2];
+  if (k[rank - 1] != D)
+    a.fail("k's last dim is " + std::to_string(k[rank - 1]) + ", q's is " + std::to_string(D) + "; they must match");
+  if (v[rank - 2] != Sk)
+    a.fail("v has " + std::to_string(v[rank - 2]) + " rows, k has " + std::to_string(Sk) + "; they must match");
+  Shape scores = batch;
+  scores.push_back(Sq);
+  scores.push_back(Sk);
+  if (const ValueType* m = a.opt(3)) {
+    if (m->shape.size() > scores.size())
+      a.fail(a.label(3) + " has shape " + shape_str(m->shape) + ", of higher rank than the scores " +
+             shape_str(scores));
+    if (broadcast_shapes(a, {&scores, &m->shape}) != scores)
+      a.fail(a.label(3) + " has shape " + shape_str(m->shape) + ", which does not broadcast to the scores " +
+             shape_str(scores));
+  }
+  auto& p = r.params.u.attention;
+  p.scale = a.given("scale") ? a.f("scale") : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
+  if (!std::isfinite(p.scale)) a.fail("scale must be finite");
+  p.causal = a.b("causal");
+  r.out.shape = batch;
+  r.out.shape.push_back(Sq);
+  r.out.shape.push_back(v[rank - 1]);
+}
+
 // max_pool2d, avg_pool2d: one window per output element, each of x's N·C
 // planes on its own. H' as conv2d's, or rounded up with ceil_mode; a last
 // window that would start in the bottom/right padding is dropped (PyTorch,

@@ -567,6 +567,7 @@ void var_mean(const Args& a, InferredNode& r);
 void topk(const Args& a, InferredNode& r);
 void selective_scan(const Args& a, InferredNode& r);
 void matmul(const Args& a, InferredNode& r);
+void attention(const Args& a, InferredNode& r);
 void conv2d(const Args& a, InferredNode& r);
 void pool2d(const Args& a, InferredNode& r);
 void gather(const Args& a, InferredNode& r);

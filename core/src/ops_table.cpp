@@ -207,6 +207,15 @@ std::vector<OpSpec> build_table() {
       "dims broadcast (a 0 against a 1 is 0)",
       {input("a", kFloatInt).at_least_rank(1), like("b", 0).at_least_rank(1)}, {},
       {out("y", OutDtype::Like, "[...batch, M, N]")}, BP_PARAMS_NONE, matmul, OpClass::Kernel, Canon::Matmul);
+  general("scaled_dot_product_attention", kLinalg,
+          "softmax(q·kᵀ·scale + mask, along the keys) · v per batch: q [..., Sq, D], k [..., Sk, D], v [..., "
+          "Sk, Dv] with the same batch dims; mask (optional, additive) broadcasts to [..., Sq, Sk]; scale "
+          "defaults to 1/√D; causal: query i sees keys j ≤ i + Sk - Sq; a row whose keys are all masked gives "
+          "NaN, Sk = 0 gives zeros. Rounds differently from the composed ops (Compound tolerance)",
+          {input("q", kFloat).at_least_rank(2), like("k", 0).at_least_rank(2), like("v", 0).at_least_rank(2),
+           like("mask", 0).opt()},
+          {param("scale", Kind::Number).optional("1/√D"), param("causal", Kind::Bool).def(false)},
+          {out("y", OutDtype::Like, "[...batch, Sq, Dv]")}, BP_PARAMS_ATTENTION, attention);
   general("conv2d", kLinalg,
           "2-D cross-correlation (PyTorch's conv2d), zero padding; H' = (H + top + bottom - dilation·(kH - "
           "1) - 1) "

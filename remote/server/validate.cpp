@@ -132,6 +132,10 @@ Json params_json(const std::string& op, const bp_op_params& p, bp_dtype x, int64
       // call that says true re-infers to false and is refused as not in form.
       if (op == "avg_pool2d") j["count_include_pad"] = u.pool2d.count_include_pad;
       break;
+    case BP_PARAMS_ATTENTION:
+      j["scale"] = u.attention.scale;
+      j["causal"] = u.attention.causal;
+      break;
   }
   return j;
 }

@@ -30,6 +30,7 @@ Shape shape_of(bp_params_kind k) {
     case BP_PARAMS_SELECTIVE_SCAN: return {0, 0, 1};
     case BP_PARAMS_CUSTOM: return {0, 0, 0};
     case BP_PARAMS_POOL2D: return {10, 0, 2};
+    case BP_PARAMS_ATTENTION: return {0, 1, 1};
   }
   return {0, 0, 0};
 }
@@ -113,6 +114,10 @@ void encode_params(const bp_op_params& p, Params* out) {
       out->add_flags(u.pool2d.ceil_mode);
       out->add_flags(u.pool2d.count_include_pad);
       break;
+    case BP_PARAMS_ATTENTION:
+      out->add_floats(u.attention.scale);
+      out->add_flags(u.attention.causal);
+      break;
   }
 }
 
@@ -159,7 +164,7 @@ std::string decode_layout(const Layout& in, bp_layout& out) {
 std::string decode_params(const Params& in, bp_op_params& out, std::string& json) {
   std::memset(&out, 0, sizeof out);
   out.struct_size = sizeof out;
-  if (in.kind() > BP_PARAMS_POOL2D) return "params kind " + std::to_string(in.kind()) + " is unknown";
+  if (in.kind() > BP_PARAMS_ATTENTION) return "params kind " + std::to_string(in.kind()) + " is unknown";
   out.kind = static_cast<bp_params_kind>(in.kind());
   const Shape want = shape_of(out.kind);
   const bool variable = want.ints < 0;
@@ -257,6 +262,10 @@ std::string decode_params(const Params& in, bp_op_params& out, std::string& json
       for (int i = 0; i < 2; ++i) u.pool2d.dilation[i] = static_cast<int32_t>(I[8 + i]);
       u.pool2d.ceil_mode = B[0];
       u.pool2d.count_include_pad = B[1];
+      break;
+    case BP_PARAMS_ATTENTION:
+      u.attention.scale = F[0];
+      u.attention.causal = B[0];
       break;
   }
   return {};

@@ -62,7 +62,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_VERSION_MAJOR 2
-#define BP_ABI_VERSION_MINOR 0
+#define BP_ABI_VERSION_MINOR 1
 
 /* The one symbol every plugin exports (see bp_plugin_entry_fn). */
 #define BP_PLUGIN_ENTRY_SYMBOL "backplane_plugin_entry"
@@ -174,7 +174,8 @@ typedef enum bp_params_kind {
   BP_PARAMS_VAR_MEAN = 11,
   BP_PARAMS_SELECTIVE_SCAN = 12,
   BP_PARAMS_CUSTOM = 13, /* vendor ops: the graph's params as JSON text */
-  BP_PARAMS_POOL2D = 14  /* ABI 1.5: max_pool2d avg_pool2d */
+  BP_PARAMS_POOL2D = 14, /* ABI 1.5: max_pool2d avg_pool2d */
+  BP_PARAMS_ATTENTION = 15 /* ABI 2.1: scaled_dot_product_attention */
 } bp_params_kind;
 
 /* All dims below are already normalised by the host: 0 <= dim < rank of the
@@ -260,6 +261,16 @@ typedef struct bp_pool2d_params {
   bool count_include_pad; /* avg_pool2d: the divisor counts padding positions */
 } bp_pool2d_params;
 
+/* ABI 2.1. scale is resolved by the host (1/sqrt(D), D = q.shape[-1], when
+ * the graph leaves it out). causal: query row i of Sq sees the keys
+ * j <= i + Sk - Sq (aligned to the end of the keys, as a KV cache needs; the
+ * usual upper triangle when Sq == Sk). A row whose scores are all -inf
+ * gives NaN, as softmax of -inf does; Sk == 0 gives zeros. */
+typedef struct bp_attention_params {
+  double scale;
+  bool causal;
+} bp_attention_params;
+
 typedef struct bp_custom_params {
   bp_string json; /* the node's "params" object as JSON text */
 } bp_custom_params;
@@ -282,6 +293,7 @@ typedef struct bp_op_params {
     bp_selective_scan_params selective_scan;
     bp_custom_params custom;
     bp_pool2d_params pool2d; /* ABI 1.5 */
+    bp_attention_params attention; /* ABI 2.1 */
   } u;
 } bp_op_params;
 
