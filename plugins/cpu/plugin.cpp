@@ -102,6 +102,7 @@ const sdk::KernelTable& table() {
     register_index(k);
     register_scan(k);
     register_quant(k);
+    register_attention(k);
     return k;
   }();
   return t;
