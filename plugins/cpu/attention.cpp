@@ -15,6 +15,8 @@
 #include "vecmath.hpp"
 
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 namespace backplane::cpu {
 namespace {
@@ -64,6 +66,75 @@ double exp_sum(float* x, float m, int64_t n) {
   for (int64_t i = 0; i < n; ++i) s += x[i];
   return s;
 }
+
+// One query row against every key it sees, without packing: for a few
+// rows (generation: one new token against a KV cache) reading k and v once
+// in place beats packing them for the GEMM. f32 with unit inner strides.
+// s: scratch of n floats; o: Dv floats, overwritten with the row's output.
+struct DirectRow {
+  const float* q;  // the row, already scaled, dense
+  const float* k;  // key 0's row; rows kr apart
+  int64_t kr;
+  const float* v;  // value 0's row; rows vr apart
+  int64_t vr;
+  const float* mask;  // nullptr, or the mask's row (elements mc apart)
+  int64_t mc;
+  int64_t n, d, dv;  // keys seen, q/k width, v width
+};
+
+template <int W> [[gnu::always_inline]] inline void direct_row(const DirectRow& r, float* s, float* o) {
+  using V = typename Vec<float, W>::type;
+  for (int64_t j = 0; j < r.n; ++j) {
+    const float* kj = r.k + j * r.kr;
+    V acc = V{};
+    int64_t e = 0;
+    for (; e + W <= r.d; e += W) {
+      V a, b;
+      std::memcpy(&a, r.q + e, sizeof a);
+      std::memcpy(&b, kj + e, sizeof b);
+      acc += a * b;
+    }
+    float t = 0;
+    for (int l = 0; l < W; ++l) t += acc[l];
+    for (; e < r.d; ++e) t += r.q[e] * kj[e];
+    s[j] = r.mask ? t + r.mask[j * r.mc] : t;
+  }
+  bool nan = false;
+  const float m = row_max(s, r.n, &nan);
+  const float inv = static_cast<float>(1.0 / exp_sum(s, nan ? std::numeric_limits<float>::quiet_NaN() : m, r.n));
+  std::fill(o, o + r.dv, 0.0f);
+  for (int64_t j = 0; j < r.n; ++j) {
+    const float p = s[j];
+    const float* vj = r.v + j * r.vr;
+    int64_t e = 0;
+    for (; e + W <= r.dv; e += W) {
+      V a, b;
+      std::memcpy(&a, o + e, sizeof a);
+      std::memcpy(&b, vj + e, sizeof b);
+      a += p * b;
+      std::memcpy(o + e, &a, sizeof a);
+    }
+    for (; e < r.dv; ++e) o[e] += p * vj[e];
+  }
+  for (int64_t e = 0; e < r.dv; ++e) o[e] *= inv;
+}
+
+#if defined(__x86_64__)
+BP_CPU_AVX512 void direct_row_avx512(const DirectRow& r, float* s, float* o) { direct_row<16>(r, s, o); }
+BP_CPU_AVX2 void direct_row_avx2(const DirectRow& r, float* s, float* o) { direct_row<8>(r, s, o); }
+#endif
+void direct_row_base(const DirectRow& r, float* s, float* o) { direct_row<4>(r, s, o); }
+
+void run_direct_row(const DirectRow& r, float* s, float* o) {
+#if defined(__x86_64__)
+  if (isa() == Isa::avx512) return direct_row_avx512(r, s, o);
+  if (isa() == Isa::avx2) return direct_row_avx2(r, s, o);
+#endif
+  direct_row_base(r, s, o);
+}
+
+// Rows per task at or below which the direct form runs.
+constexpr int64_t kDirectRows = 4;
 
 template <bp_dtype D> struct AttentionK {
   using T = st_t<D>;
@@ -144,7 +215,37 @@ template <bp_dtype D> struct AttentionK {
     const int64_t rq = round_up(std::min(Sq, kBlockQ), MR);
     const int64_t bk_max = std::min(Sk, kBlockK);
     const int64_t cost = std::min(Sq, kBlockQ) * std::max<int64_t>(Sk, 1) * (Dh + Dv);
-    pfor(c, nbatch * nqb, std::max<int64_t>(1, 200000 / std::max<int64_t>(cost, 1)), [&](int64_t t0, int64_t t1) {
+    const int64_t tasks = nbatch * nqb;
+    const int64_t grain = std::max<int64_t>(
+        1, std::min<int64_t>(200000 / std::max<int64_t>(cost, 1), tasks / (2 * static_cast<int64_t>(num_threads(c)))));
+    // The direct form: few rows, f32 with k and v rows dense.
+    const bool direct = std::is_same_v<T, float> && Sq <= kDirectRows && kc_ == 1 && vc == 1;
+    if constexpr (std::is_same_v<T, float>) {
+      if (direct) {
+        pfor(c, tasks, grain, [&](int64_t t0, int64_t t1) {
+          std::vector<float> qrow(static_cast<size_t>(Dh)), srow(static_cast<size_t>(Sk)), orow(static_cast<size_t>(Dv));
+          for (int64_t t = t0; t < t1; ++t) {
+            int64_t off[5];
+            w.offsets(t, off);
+            for (int64_t i = 0; i < Sq; ++i) {
+              for (int64_t e = 0; e < Dh; ++e) qrow[static_cast<size_t>(e)] = q[off[0] + i * qr + e * qc] * scale;
+              DirectRow r{qrow.data(), k + off[1], kr, v + off[2], vr,
+                          mask ? mask + off[3] + i * mr_ : nullptr, mc,
+                          causal ? std::clamp<int64_t>(i + Sk - Sq + 1, 0, Sk) : Sk, Dh, Dv};
+              if (r.n == 0) {
+                // Every key hidden: NaN, as the composed softmax of -inf gives.
+                std::fill(orow.begin(), orow.end(), std::numeric_limits<float>::quiet_NaN());
+              } else {
+                run_direct_row(r, srow.data(), orow.data());
+              }
+              for (int64_t e = 0; e < Dv; ++e) y[off[4] + i * yr + e * yc] = orow[static_cast<size_t>(e)];
+            }
+          }
+        });
+        return;
+      }
+    }
+    pfor(c, tasks, grain, [&](int64_t t0, int64_t t1) {
       const AlignedBuffer<float> qbuf(std::max<int64_t>(1, rq * Dh)), qpack(std::max<int64_t>(1, rq * Dh)),
           kpack(std::max<int64_t>(1, round_up(std::max<int64_t>(bk_max, 1), NR) * std::min(Dh, kBlockK))),
           vpack(std::max<int64_t>(1, round_up(Dv, NR) * std::max<int64_t>(bk_max, 1))),
