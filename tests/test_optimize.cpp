@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -669,4 +670,142 @@ TEST_CASE("optimizer: nodes over constants only are folded, exact ops only, bit 
       for (int64_t k = 0; k < 6; ++k) v += x.get(r * 6 + k) * w.get(k * 4 + j);
       CHECK(std::fabs(a.at("z").get(r * 4 + j) - v) <= 1e-5 * (std::fabs(v) + 1));
     }
+}
+
+// scaled_dot_product_attention, the built-in fused op (core/src/pass_attention.cpp).
+namespace {
+
+// y = softmax(q kᵀ scale + mask (+ causal -inf)) v in f64 over [BH, S, D]
+// tensors, and per output Σ p |v|, the scale of its rounding.
+void attention_f64(const HostTensor& q, const HostTensor& k, const HostTensor& v, const HostTensor* mask, int64_t BH,
+                   int64_t Sq, int64_t Sk, int64_t D, int64_t Dv, double scale, bool causal, std::vector<double>& y,
+                   std::vector<double>& mag) {
+  y.assign(static_cast<size_t>(BH * Sq * Dv), 0.0);
+  mag = y;
+  std::vector<double> s(static_cast<size_t>(Sk));
+  for (int64_t b = 0; b < BH; ++b)
+    for (int64_t i = 0; i < Sq; ++i) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < Sk; ++j) {
+        double d = 0;
+        for (int64_t c = 0; c < D; ++c) d += q.get((b * Sq + i) * D + c) * k.get((b * Sk + j) * D + c);
+        d = d * scale + (mask ? mask->get(i * Sk + j) : 0.0);
+        if (causal && j > i + Sk - Sq) d = -INFINITY;
+        s[static_cast<size_t>(j)] = d;
+        mx = std::max(mx, d);
+      }
+      for (auto& e : s) sum += (e = std::exp(e - mx));
+      for (int64_t c = 0; c < Dv; ++c)
+        for (int64_t j = 0; j < Sk; ++j) {
+          const double p = s[static_cast<size_t>(j)] / sum, x = v.get((b * Sk + j) * Dv + c);
+          y[static_cast<size_t>((b * Sq + i) * Dv + c)] += p * x;
+          mag[static_cast<size_t>((b * Sq + i) * Dv + c)] += std::fabs(p * x);
+        }
+    }
+}
+
+// Mismatches of got against the f64 reference: 1e-5 of Σ p|v| plus 1e-6
+// (docs/ops.md's f32 bound for compound ops, on the sum's own scale).
+int64_t attention_mismatches(const HostTensor& got, const std::vector<double>& want, const std::vector<double>& mag) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i)
+    bad += !(std::fabs(got.get(i) - want[static_cast<size_t>(i)]) <= 1e-5 * mag[static_cast<size_t>(i)] + 1e-6);
+  return bad;
+}
+
+std::string op_of(const Plan& p, const std::string& node) {
+  for (const auto& pl : p.placement())
+    if (pl.node == node) return pl.op;
+  return "";
+}
+
+// Attention as torch.onnx exports it: q·kᵀ through a transposed view, a
+// Mul by a constant scale, an Add of a mask, Softmax over the keys, MatMul.
+Graph exported_attention(int64_t BH, int64_t S, int64_t D, const HostTensor& mask, bool softmax_out) {
+  Graph g;
+  for (const char* n : {"q", "k", "v"}) g.input(n, BP_DTYPE_F32, {BH, S, D});
+  HostTensor c(BP_DTYPE_F32, {});
+  c.set(0, 0.25);
+  g.constant("c", c);
+  g.constant("mask", mask);
+  g.node("kt", "transpose", {"k"}, {{"dim0", -2}, {"dim1", -1}});
+  g.node("s", "matmul", {"q", "kt"});
+  g.node("scaled", "mul", {"s", "c"});
+  g.node("masked", "add", {"mask", "scaled"});
+  g.node("p", "softmax", {"masked"}, {{"dim", -1}});
+  g.node("y", "matmul", {"p", "v"});
+  g.output("y");
+  if (softmax_out) g.output("p");
+  return g;
+}
+
+}  // namespace
+
+// Would catch: the mask left out or added twice, the scale applied twice or
+// not at all, the softmax over another dim, a row block (64 rows: S = 70
+// crosses it) or key block handled wrongly, the -inf entries turning a row
+// NaN (each row keeps its diagonal), and a fusion that takes a softmax
+// another node still reads.
+TEST_CASE("optimizer: exported attention runs as scaled_dot_product_attention and matches f64", "[optimize][attention]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  const int64_t BH = 6, S = 70, D = 16;
+  HostTensor mask = random_tensor({S, S}, 21, -1, 0);
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t j = i + 1; j < S; ++j) mask.set(i * S + j, -INFINITY);
+  const HostTensor q = random_tensor({BH, S, D}, 22), k = random_tensor({BH, S, D}, 23),
+                   v = random_tensor({BH, S, D}, 24, -0.25, 1);
+  std::vector<double> want, mag;
+  attention_f64(q, k, v, &mask, BH, S, S, D, D, 0.25, false, want, mag);
+
+  auto [fused, plain] = optimized_and_plain(*rt, exported_attention(BH, S, D, mask, false), cpu);
+  CHECK_THAT(fused.explain(), Contains("node 'y' (matmul) with 's', 'scaled', 'masked', 'p': replaced by "
+                                       "scaled_dot_product_attention on cpu"));
+  CHECK(op_of(fused, "y") == "scaled_dot_product_attention");
+  CHECK(op_of(plain, "y") == "matmul");
+  const std::map<std::string, HostTensor> in = {{"q", q}, {"k", k}, {"v", v}};
+  CHECK(attention_mismatches(fused.run(in).at("y"), want, mag) == 0);
+  CHECK(attention_mismatches(plain.run(in).at("y"), want, mag) == 0);
+
+  // The softmax is an output too: the composed ops stay, and say why.
+  Plan kept = rt->compile(exported_attention(BH, S, D, mask, true), cpu);
+  CHECK(op_of(kept, "y") == "matmul");
+  CHECK_THAT(kept.explain(), Contains("not replaced by scaled_dot_product_attention: node 'p' is also used outside"));
+}
+
+// The op written in a graph: causal with fewer queries than keys (the last
+// Sq positions of a sequence, as a KV cache gives them) on the CPU's
+// kernel, and on a device without the op (vulkan0), where the host runs its
+// composed form with a constant causal mask. Would catch: the causal limit
+// aligned to the start instead of the end of the keys, a default scale
+// other than 1/sqrt(D), and a device without the op failing the compile.
+TEST_CASE("scaled_dot_product_attention: causal over a longer key set, on the CPU and composed on vulkan0",
+          "[optimize][attention]") {
+  auto rt = Runtime::create();
+  const int64_t BH = 3, Sq = 5, Sk = 300, D = 32, Dv = 8;
+  Graph g;
+  g.input("q", BP_DTYPE_F32, {BH, Sq, D});
+  g.input("k", BP_DTYPE_F32, {BH, Sk, D});
+  g.input("v", BP_DTYPE_F32, {BH, Sk, Dv});
+  g.node("y", "scaled_dot_product_attention", {"q", "k", "v"}, {{"causal", true}});
+  g.output("y");
+  const HostTensor q = random_tensor({BH, Sq, D}, 31), k = random_tensor({BH, Sk, D}, 32),
+                   v = random_tensor({BH, Sk, Dv}, 33, -0.25, 1);
+  std::vector<double> want, mag;
+  attention_f64(q, k, v, nullptr, BH, Sq, Sk, D, Dv, 1.0 / std::sqrt(double(D)), true, want, mag);
+  const std::map<std::string, HostTensor> in = {{"q", q}, {"k", k}, {"v", v}};
+  Plan on_cpu = rt->compile(g, rt->device("cpu"));
+  CHECK(op_of(on_cpu, "y") == "scaled_dot_product_attention");
+  CHECK(attention_mismatches(on_cpu.run(in).at("y"), want, mag) == 0);
+  bool vulkan = false;
+  for (Device* d : rt->all_devices()) vulkan = vulkan || d->name() == "vulkan0";
+  if (!vulkan) {
+    WARN("SKIPPED: no Vulkan device for the composed form");
+    return;
+  }
+  Plan composed = rt->compile(g, rt->device("vulkan0"));
+  CHECK_THAT(composed.explain(), Contains("node 'y' (scaled_dot_product_attention): no device of the list has its "
+                                          "kernel for f32; runs its composed form"));
+  CHECK(op_of(composed, "y") == "matmul");
+  CHECK(attention_mismatches(composed.run(in).at("y"), want, mag) == 0);
 }

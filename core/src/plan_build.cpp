@@ -11,6 +11,7 @@
 #include "pass_fold.hpp"
 #include "pass_layout.hpp"
 #include "pass_patterns.hpp"
+#include "pass_attention.hpp"
 #include "pass_simplify.hpp"
 #include "plan_impl.hpp"
 
@@ -582,9 +583,16 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
     const auto t0 = std::chrono::steady_clock::now();
     // Passes before lowering (CompileOptions::optimize): constants folded
     // first, so the later passes see the graph as it will run.
+    // Built-in fused ops no device of the list runs become their composed
+    // form, optimized or not.
+    const std::optional<detail::AttentionResult> expanded = detail::expand_attention(graph, devices);
+    const Graph& g0 = expanded ? expanded->graph : graph;
     std::optional<detail::FoldResult> folded;
-    if (options.optimize) folded = detail::fold_constants(*this, graph, devices, options.keep);
-    const Graph& g = folded ? folded->graph : graph;
+    if (options.optimize) folded = detail::fold_constants(*this, g0, devices, options.keep);
+    const Graph& g1 = folded ? folded->graph : g0;
+    std::optional<detail::AttentionResult> fused;
+    if (options.optimize) fused = detail::fuse_attention(g1, devices, options.keep);
+    const Graph& g = fused && fused->changed ? fused->graph : g1;
     detail::PatternResult patterns;
     detail::LayoutResult layouts;
     detail::SimplifyResult simplified;
@@ -608,7 +616,9 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
     l.notes.insert(l.notes.begin(), simplified.notes.begin(), simplified.notes.end());
     l.notes.insert(l.notes.begin(), layouts.notes.begin(), layouts.notes.end());
     l.notes.insert(l.notes.begin(), patterns.notes.begin(), patterns.notes.end());
+    if (fused) l.notes.insert(l.notes.begin(), fused->notes.begin(), fused->notes.end());
     if (folded) l.notes.insert(l.notes.begin(), folded->notes.begin(), folded->notes.end());
+    if (expanded) l.notes.insert(l.notes.begin(), expanded->notes.begin(), expanded->notes.end());
     detail::place(l);
     const auto t1 = std::chrono::steady_clock::now();
     plan.impl_ = std::make_shared<Plan::Impl>();
@@ -627,7 +637,7 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
       // way, but nothing allocated: what optimizing saved per device.
       const auto b0 = std::chrono::steady_clock::now();
       if (options.optimize) {
-        Lowered l0 = detail::lower(*this, graph, devices, options.keep, nullptr, options.vendor_kernels);
+        Lowered l0 = detail::lower(*this, g0, devices, options.keep, nullptr, options.vendor_kernels);
         detail::place(l0);
         Plan::Impl dry;
         dry.runtime = impl_;
