@@ -774,38 +774,52 @@ TEST_CASE("optimizer: exported attention runs as scaled_dot_product_attention an
 }
 
 // The op written in a graph: causal with fewer queries than keys (the last
-// Sq positions of a sequence, as a KV cache gives them) on the CPU's
-// kernel, and on a device without the op (vulkan0), where the host runs its
-// composed form with a constant causal mask. Would catch: the causal limit
-// aligned to the start instead of the end of the keys, a default scale
-// other than 1/sqrt(D), and a device without the op failing the compile.
-TEST_CASE("scaled_dot_product_attention: causal over a longer key set, on the CPU and composed on vulkan0",
+// Sq positions of a sequence, as a KV cache gives them), on the CPU's and
+// (when present) vulkan0's kernels, and in f64, which no shipped device
+// claims, so the host runs its composed form with a constant causal mask.
+// Would catch: the causal limit aligned to the start instead of the end of
+// the keys, a default scale other than 1/sqrt(D), a key tile or query block
+// crossed wrongly (300 keys), and a device list without the op failing the
+// compile.
+TEST_CASE("scaled_dot_product_attention: causal over a longer key set, on each kernel and composed in f64",
           "[optimize][attention]") {
   auto rt = Runtime::create();
   const int64_t BH = 3, Sq = 5, Sk = 300, D = 32, Dv = 8;
-  Graph g;
-  g.input("q", BP_DTYPE_F32, {BH, Sq, D});
-  g.input("k", BP_DTYPE_F32, {BH, Sk, D});
-  g.input("v", BP_DTYPE_F32, {BH, Sk, Dv});
-  g.node("y", "scaled_dot_product_attention", {"q", "k", "v"}, {{"causal", true}});
-  g.output("y");
   const HostTensor q = random_tensor({BH, Sq, D}, 31), k = random_tensor({BH, Sk, D}, 32),
                    v = random_tensor({BH, Sk, Dv}, 33, -0.25, 1);
   std::vector<double> want, mag;
   attention_f64(q, k, v, nullptr, BH, Sq, Sk, D, Dv, 1.0 / std::sqrt(double(D)), true, want, mag);
+  auto graph = [&](bp_dtype d) {
+    Graph g;
+    g.input("q", d, {BH, Sq, D});
+    g.input("k", d, {BH, Sk, D});
+    g.input("v", d, {BH, Sk, Dv});
+    g.node("y", "scaled_dot_product_attention", {"q", "k", "v"}, {{"causal", true}});
+    g.output("y");
+    return g;
+  };
+  auto as = [](const HostTensor& t, bp_dtype d) {
+    HostTensor r(d, t.shape);
+    for (int64_t i = 0; i < t.numel(); ++i) r.set(i, t.get(i));
+    return r;
+  };
   const std::map<std::string, HostTensor> in = {{"q", q}, {"k", k}, {"v", v}};
-  Plan on_cpu = rt->compile(g, rt->device("cpu"));
-  CHECK(op_of(on_cpu, "y") == "scaled_dot_product_attention");
-  CHECK(attention_mismatches(on_cpu.run(in).at("y"), want, mag) == 0);
-  bool vulkan = false;
-  for (Device* d : rt->all_devices()) vulkan = vulkan || d->name() == "vulkan0";
-  if (!vulkan) {
-    WARN("SKIPPED: no Vulkan device for the composed form");
-    return;
+  std::vector<std::string> devices = {"cpu"};
+  for (Device* d : rt->all_devices())
+    if (d->name() == "vulkan0") devices.push_back("vulkan0");
+  if (devices.size() == 1) WARN("SKIPPED: no Vulkan device for its kernel");
+  for (const auto& name : devices) {
+    INFO(name);
+    Plan p = rt->compile(graph(BP_DTYPE_F32), rt->device(name));
+    CHECK(op_of(p, "y") == "scaled_dot_product_attention");
+    CHECK(attention_mismatches(p.run(in).at("y"), want, mag) == 0);
   }
-  Plan composed = rt->compile(g, rt->device("vulkan0"));
+  Plan composed = rt->compile(graph(BP_DTYPE_F64), rt->select_devices(devices.size() > 1 ? "vulkan0,cpu" : "cpu"));
   CHECK_THAT(composed.explain(), Contains("node 'y' (scaled_dot_product_attention): no device of the list has its "
-                                          "kernel for f32; runs its composed form"));
+                                          "kernel for f64; runs its composed form"));
   CHECK(op_of(composed, "y") == "matmul");
-  CHECK(attention_mismatches(composed.run(in).at("y"), want, mag) == 0);
+  const HostTensor got = composed
+                             .run({{"q", as(q, BP_DTYPE_F64)}, {"k", as(k, BP_DTYPE_F64)}, {"v", as(v, BP_DTYPE_F64)}})
+                             .at("y");
+  CHECK(attention_mismatches(got, want, mag) == 0);
 }

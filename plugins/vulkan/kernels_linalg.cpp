@@ -162,6 +162,57 @@ void pool2d_impl(Call& c) {
   c.dev.exec.dispatch(c.stream, pl_, bs, a.w, static_cast<uint32_t>(total), 0, ceil_div(static_cast<uint64_t>(total), 256), c.op());
 }
 
+// scaled_dot_product_attention (shaders/attention.comp): one workgroup per
+// query row, an online softmax over tiles of keys; every operand strided, the
+// mask broadcast by zero strides.
+void attention_impl(Call& c) {
+  const bp_dtype d = c.row.dtypes[0];
+  const bp_layout &ql = c.lin(0), &kl = c.lin(1), &vl = c.lin(2), &yl = c.lout();
+  const auto& p = c.params_of(BP_PARAMS_ATTENTION).u.attention;
+  const uint32_t rank = ql.rank;
+  BP_SDK_CHECK(rank >= 2 && kl.rank == rank && vl.rank == rank && yl.rank == rank, BP_ERR_INVALID_ARGUMENT,
+               std::string(c.op()) + ": q, k, v and y must have one rank of at least 2");
+  const int64_t Sq = ql.shape[rank - 2], D = ql.shape[rank - 1], Sk = kl.shape[rank - 2], Dv = vl.shape[rank - 1];
+  BP_SDK_CHECK(kl.shape[rank - 1] == D && vl.shape[rank - 2] == Sk && yl.shape[rank - 2] == Sq && yl.shape[rank - 1] == Dv,
+               BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": shapes of q, k, v and y do not fit");
+  int64_t rows = Sq;
+  for (uint32_t i = 0; i + 2 < rank; ++i) {
+    BP_SDK_CHECK(kl.shape[i] == ql.shape[i] && vl.shape[i] == ql.shape[i] && yl.shape[i] == ql.shape[i],
+                 BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": batch dims differ");
+    rows *= ql.shape[i];
+  }
+  if (rows == 0 || Dv == 0) return;
+  const bool has_mask = c.n_in > 3 && c.present(3);
+  int64_t ms[BP_MAX_RANK] = {};  // the mask's strides aligned to the scores [batch..., Sq, Sk]
+  if (has_mask) {
+    const bp_layout& ml = c.lin(3);
+    BP_SDK_CHECK(ml.rank <= rank, BP_ERR_INVALID_ARGUMENT, std::string(c.op()) + ": mask of higher rank than the scores");
+    for (uint32_t i = 0; i < ml.rank; ++i) ms[rank - ml.rank + i] = ml.shape[i] == 1 ? 0 : ml.strides[i];
+  }
+  Operand q = bind(c, c.in[0], ql, d, false), k = bind(c, c.in[1], kl, d, false), v = bind(c, c.in[2], vl, d, false);
+  Operand m = has_mask ? bind(c, c.in[3], c.lin(3), d, false) : bind_dummy(c);
+  Operand y = bind(c, c.out[0], yl, d, true);
+  Args a;
+  for (int64_t x : {int64_t{rank - 2}, Sq, Sk, D, Dv}) a.i32(x);
+  a.f32(p.scale);
+  a.i32(p.causal ? 1 : 0);
+  a.i32(has_mask ? 1 : 0);
+  for (int64_t x : {q.offset, k.offset, v.offset, m.offset, y.offset}) a.i32(x);
+  for (const int64_t* st : {ql.strides, kl.strides, vl.strides, static_cast<const int64_t*>(ms), yl.strides}) {
+    a.i32(st[rank - 2]);
+    a.i32(st[rank - 1]);
+  }
+  for (uint32_t i = 0; i + 2 < rank; ++i) {
+    a.i32(ql.shape[i]);
+    for (const int64_t* st : {ql.strides, kl.strides, vl.strides, static_cast<const int64_t*>(ms), yl.strides})
+      a.i32(st[i]);
+  }
+  BP_SDK_CHECK(rows < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, std::string(c.op()) + ": more than 2^31 query rows");
+  const Pipeline& pl = c.dev.pipelines.get(shader("attention", d), {}, 5);
+  const Binding bs[] = {q.binding, k.binding, v.binding, m.binding, y.binding};
+  c.dev.exec.dispatch(c.stream, pl, bs, a.w, static_cast<uint32_t>(rows), 0, static_cast<uint64_t>(rows), c.op());
+}
+
 }  // namespace
 
 void register_linalg(Registry& r) {
@@ -170,6 +221,9 @@ void register_linalg(Registry& r) {
   for (bp_dtype d : floats) r.add("conv2d", {d, d, d, d}, {C, C, C}, conv2d_impl);
   for (bp_dtype d : floats) r.add("max_pool2d", {d, d}, {S}, pool2d_impl, 0);
   for (bp_dtype d : floats) r.add("avg_pool2d", {d, d}, {S}, pool2d_impl, 1);
+  // f64 is left to the host's composed form (no f64 exp in the shader).
+  for (bp_dtype d : {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_BF16})
+    r.add("scaled_dot_product_attention", {d, d, d, d, d}, {S, S, S, S}, attention_impl);
 }
 
 }  // namespace backplane::vulkan
