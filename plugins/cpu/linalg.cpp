@@ -403,13 +403,38 @@ template <bool Gelu> struct MatmulAddT {
     }
     const uint32_t r = std::max(la.rank, lb.rank);
     BP_SDK_CHECK(r <= BP_MAX_RANK, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": rank over 8");
+    const bool keep_n = lb0.rank > 1, keep_m = la0.rank > 1;
+    // The product's own shape (matmul's inference): batch dims broadcast,
+    // then M and N unless dropped.
+    bp_layout lp{};
+    for (uint32_t i = 0; i + 2 < r; ++i) {
+      const uint32_t pa = r - la.rank, pb = r - lb.rank;
+      const int64_t da = i < pa ? 1 : la.shape[i - pa], db = i < pb ? 1 : lb.shape[i - pb];
+      lp.shape[lp.rank++] = da == 1 ? db : da;
+    }
+    if (keep_m) lp.shape[lp.rank++] = la.shape[la.rank - 2];
+    if (keep_n) lp.shape[lp.rank++] = lb.shape[lb.rank - 1];
+    bool fits = lp.rank == lo0.rank;
+    for (uint32_t i = 0; fits && i < lp.rank; ++i) fits = lp.shape[i] == lo0.shape[i];
+    // c broadcasts the product up (a [K] x [K] product plus a vector): the
+    // product goes to scratch, then y = product + c, both broadcast.
+    std::vector<st_t<D>> scratch;
+    bp_storage scratch_out = c.out[0];
+    if (!fits) {
+      int64_t n = 1;
+      for (uint32_t i = 0; i < lp.rank; ++i) n *= lp.shape[i];
+      for (uint32_t i = lp.rank; i-- > 0;) lp.strides[i] = i + 1 == lp.rank ? 1 : lp.strides[i + 1] * lp.shape[i + 1];
+      scratch.assign(static_cast<size_t>(std::max<int64_t>(n, 1)), st_t<D>{});
+      scratch_out.data = scratch.data();
+      scratch_out.byte_size = scratch.size() * sizeof(st_t<D>);
+    }
+    const bp_layout& lprod = fits ? lo0 : lp;
     // The output as matmul sees it: rank r, with the dropped dims back as 1.
     bp_layout lo{};
     lo.rank = r;
-    lo.offset = lo0.offset;
+    lo.offset = lprod.offset;
     {
-      uint32_t src = lo0.rank;
-      const bool keep_n = lb0.rank > 1, keep_m = la0.rank > 1;
+      uint32_t src = lprod.rank;
       for (uint32_t i = r; i-- > 0;) {
         const bool dropped = (i == r - 1 && !keep_n) || (i == r - 2 && !keep_m);
         if (dropped) {
@@ -418,8 +443,8 @@ template <bool Gelu> struct MatmulAddT {
         } else {
           BP_SDK_CHECK(src > 0, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": output rank does not fit the operands");
           --src;
-          lo.shape[i] = lo0.shape[src];
-          lo.strides[i] = lo0.strides[src];
+          lo.shape[i] = lprod.shape[src];
+          lo.strides[i] = lprod.strides[src];
         }
       }
       BP_SDK_CHECK(src == 0, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": output rank does not fit the operands");
@@ -448,8 +473,42 @@ template <bool Gelu> struct MatmulAddT {
     Call mm = c;
     mm.n_in = 2;
     mm.lay = lays;
+    mm.out = fits ? c.out : &scratch_out;
     mm.op = "matmul";
     MatmulK<D>::impl(mm);
+    if (!fits) {
+      // y = product + c, each right-aligned and broadcast to y (the
+      // separate add's f32 sum), then gelu as below.
+      BP_SDK_CHECK(lp.rank <= lo0.rank && lc.rank <= lo0.rank, BP_ERR_INVALID_ARGUMENT,
+                   std::string(c.op) + ": operands of a higher rank than the output");
+      auto spread = [&](const bp_layout& l) {
+        bp_layout b{};
+        b.rank = lo0.rank;
+        b.offset = l.offset;
+        const uint32_t pad = lo0.rank - l.rank;
+        for (uint32_t i = 0; i < lo0.rank; ++i) {
+          const int64_t n = i < pad ? 1 : l.shape[i - pad];
+          BP_SDK_CHECK(n == 1 || n == lo0.shape[i], BP_ERR_INVALID_ARGUMENT,
+                       std::string(c.op) + ": " + dims_str(l) + " does not broadcast to " + dims_str(lo0));
+          b.shape[i] = lo0.shape[i];
+          b.strides[i] = n == 1 ? 0 : l.strides[i - pad];
+        }
+        return b;
+      };
+      const bp_layout pb = spread(lp), cb = spread(lc);
+      using T = st_t<D>;
+      const T* cv = c.in_data<T>(2);
+      T* y = c.out_data<T>();
+      const sdk::StridedWalker<3> w(lo0.rank, lo0.shape, {&pb, &cb, &lo0});
+      w.run_all([&](const int64_t* off, int64_t n, const int64_t* step) {
+        for (int64_t i = 0; i < n; ++i) {
+          y[off[2] + i * step[2]] =
+              st<T>(ld(scratch[static_cast<size_t>(off[0] + i * step[0])]) + ld(cv[off[1] + i * step[1]]));
+        }
+      });
+      if constexpr (Gelu) gelu_pass(c, y, lo0);
+      return;
+    }
     // y += c over the output as the kernel was given it, c right-aligned
     // and broadcast.
     BP_SDK_CHECK(lc.rank <= lo0.rank, BP_ERR_INVALID_ARGUMENT, std::string(c.op) + ": c has a higher rank than the product");
@@ -469,9 +528,10 @@ template <bool Gelu> struct MatmulAddT {
     T* y = c.out_data<T>();
     // Dense output with c a dense row of N broadcast over every row (the
     // bias case): rows in parallel, each row's add and gelu in one pass.
+    // (A rank-0 output, a [K] x [K] product plus a scalar, has no rows.)
     const uint32_t ro = lo0.rank;
-    const int64_t N = lo0.shape[ro - 1];
-    bool rowwise = sdk::is_contiguous(lo0) && N > 0 && (cb.strides[ro - 1] == 1 || lo0.shape[ro - 1] == 1);
+    const int64_t N = ro > 0 ? lo0.shape[ro - 1] : 0;
+    bool rowwise = ro > 0 && sdk::is_contiguous(lo0) && N > 0 && (cb.strides[ro - 1] == 1 || lo0.shape[ro - 1] == 1);
     for (uint32_t i = 0; rowwise && i + 1 < ro; ++i) rowwise = cb.strides[i] == 0;
     if (rowwise) {
       const int64_t rows = sdk::numel(lo0) / N;
@@ -500,18 +560,21 @@ template <bool Gelu> struct MatmulAddT {
         out = st<T>(ld(out) + ld(cv[off[0] + i * step[0]]));
       }
     });
-    if constexpr (Gelu) {
-      // As gelu's own kernel does: the vector form over dense f32.
-      if (D == BP_DTYPE_F32 && rows::enabled() && sdk::is_contiguous(lo0)) {
-        float* y0 = reinterpret_cast<float*>(y + lo0.offset);
-        pfor(c, sdk::numel(lo0), 16384, [&](int64_t b, int64_t e) { rows::gelu_erf(y0 + b, y0 + b, e - b); });
-        return;
-      }
-      const sdk::StridedWalker<1> wy(lo0.rank, lo0.shape, {&lo0});
-      wy.run_all([&](const int64_t* off, int64_t n, const int64_t* step) {
-        for (int64_t i = 0; i < n; ++i) y[off[0] + i * step[0]] = st<T>(gelu_erf_one(ld(y[off[0] + i * step[0]])));
-      });
+    if constexpr (Gelu) gelu_pass(c, y, lo0);
+  }
+  // y = gelu(y) in place, as gelu's own kernel does: the vector form over
+  // dense f32.
+  static void gelu_pass(const Call& c, st_t<D>* y, const bp_layout& lo0) {
+    using T = st_t<D>;
+    if (D == BP_DTYPE_F32 && rows::enabled() && sdk::is_contiguous(lo0)) {
+      float* y0 = reinterpret_cast<float*>(y + lo0.offset);
+      pfor(c, sdk::numel(lo0), 16384, [&](int64_t b, int64_t e) { rows::gelu_erf(y0 + b, y0 + b, e - b); });
+      return;
     }
+    const sdk::StridedWalker<1> wy(lo0.rank, lo0.shape, {&lo0});
+    wy.run_all([&](const int64_t* off, int64_t n, const int64_t* step) {
+      for (int64_t i = 0; i < n; ++i) y[off[0] + i * step[0]] = st<T>(gelu_erf_one(ld(y[off[0] + i * step[0]])));
+    });
   }
 };
 };
