@@ -44,6 +44,7 @@ namespace {
 
 struct Outcome {
   std::map<std::string, HostTensor> outputs;
+  int fused_attention = 0;  // nodes the optimizer ran as scaled_dot_product_attention
   std::string error;  // compile or run error ("" when it ran)
   bool compile_failed = false;
   bool escaped = false;  // an exception other than backplane::Error
@@ -73,6 +74,7 @@ Outcome run_on(Runtime& rt, const Json& graph, const std::set<std::string>& fed,
   try {
     Graph g = build_graph(graph, fed, feeds);
     plan.emplace(rt.compile(g, devices));
+    for (const auto& p : plan->placement()) o.fused_attention += p.op == "scaled_dot_product_attention";
   } catch (const Error& e) {
     o.error = e.what();
     o.compile_failed = true;
@@ -235,7 +237,7 @@ int main(int argc, char** argv) {
   }
   if (!opt.partial_dir.empty()) partial_list = rt->select_devices("partial0,cpu");
 
-  int failures = 0, generator_rejections = 0, vulkan_skipped = 0, compared = 0;
+  int failures = 0, generator_rejections = 0, vulkan_skipped = 0, compared = 0, fused_attention = 0;
   size_t nodes = 0;
   std::map<std::string, int> op_counts;
   // `label`: "graph 12 (--seed 1 --start 12 --count 1)" or a file name;
@@ -265,6 +267,7 @@ int main(int argc, char** argv) {
     for (auto& n : unpinned["nodes"]) n.erase("device");
     std::string det;
     const Outcome ref = run_on(*rt, unpinned, c.fed, cpu, &det);
+    fused_attention += ref.fused_attention > 0;
     if (!ref.error.empty()) {
       report("cpu", (ref.escaped ? "" : "the CPU refused a valid graph: ") + ref.error, unpinned, c.fed);
       return;
@@ -368,8 +371,8 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   std::printf("diff_fuzz: seed %llu, graphs %d..%d (%zu nodes): %d comparisons, %d failures; vulkan0 alone lacked a "
-              "kernel for %d graphs; the core refused %d generated nodes\n",
+              "kernel for %d graphs; the core refused %d generated nodes; %d graphs ran fused attention on the cpu\n",
               static_cast<unsigned long long>(opt.seed), opt.start, opt.start + opt.count - 1, nodes, compared, failures,
-              vulkan_skipped, generator_rejections);
+              vulkan_skipped, generator_rejections, fused_attention);
   return failures ? 1 : 0;
 }

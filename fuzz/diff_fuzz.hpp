@@ -238,6 +238,11 @@ class Generator {
   // ---- matmul
 
   void matmul();
+  // Attention as exporters write it (transposed k, matmul, affine scale, an
+  // optional mask, softmax over the keys, matmul by v): the optimizer fuses it
+  // into scaled_dot_product_attention where the device has the op, and pins
+  // leave it composed, so fused and composed meet in the comparison.
+  void attention();
 
   // ---- concat
 

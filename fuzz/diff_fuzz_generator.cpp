@@ -266,7 +266,7 @@ const Val* Generator::partner(const Val& a, bool positive) {
 }
 
 void Generator::step() {
-  switch (pick(0, 16)) {
+  switch (pick(0, 17)) {
     case 0: case 1: case 2: unary(); break;
     case 3: case 4: case 5: binary(); break;
     case 6: compare_where(); break;
@@ -279,6 +279,7 @@ void Generator::step() {
     case 14: index(); break;
     case 15: cast_or_affine(); break;
     case 16: if (vendor_ops_) vendor(); break;
+    case 17: attention(); break;
   }
 }
 

@@ -253,6 +253,60 @@ void Generator::matmul() {
   add_node("matmul", "matmul", {A.name, B.name}, Json::object(), m);
 }
 
+void Generator::attention() {
+  const int64_t B = pick(1, 3), Sq = pick(1, 6), Sk = pick(1, 9), D = pick(1, 8), Dv = pick(1, 6);
+  // Copies: new_input may move the values it returned before. The scores
+  // must be exact (every intermediate may be an output, compared at the
+  // tolerance): q, k and the mask dyadic, the scale a power of two.
+  const Val Q = new_input(BP_DTYPE_F32, {B, Sq, D});
+  const Val K = new_input(BP_DTYPE_F32, {B, Sk, D});
+  const Val V = new_input(BP_DTYPE_F32, {B, Sk, Dv}, true);  // positive: the weighted mean never cancels
+  if (!Q.exact || !K.exact) return;
+  const double Mq = Q.mag(), Mk = K.mag(), dk = static_cast<double>(D);
+  const Val* kt = add_node("kt", "transpose", {K.name}, Json{{"dim0", -2}, {"dim1", -1}}, K);
+  if (!kt) return;
+  Val ms = Q;
+  ms.hi = dk * Mq * Mk, ms.lo = -ms.hi;
+  ms.gran = Q.gran + K.gran;
+  ms.exact = fits_exact(ms.hi, ms.gran);
+  const Val* s = add_node("scores", "matmul", {Q.name, kt->name}, Json::object(), ms);
+  if (!s) return;
+  // Scores within [-2, 2] after the scale (a power of two: still exact), so
+  // the softmax's span stays small.
+  const int e = ms.hi > 2 ? static_cast<int>(std::ceil(std::log2(ms.hi / 2))) : 0;
+  Val ma = ms;
+  ma.hi = std::ldexp(ms.hi, -e), ma.lo = -ma.hi;
+  ma.gran = ms.gran + e;
+  ma.exact = fits_exact(ma.hi, ma.gran);
+  const Val* x = add_node("scaled", "affine", {s->name}, Json{{"mul", std::ldexp(1.0, -e)}, {"add", 0.0}}, ma);
+  if (!x) return;
+  if (chance(0.6)) {
+    const Shape ms_shape = one_of(std::vector<Shape>{{Sq, Sk}, {Sk}, {B, 1, Sk}, {1, Sq, Sk}, {B, Sq, Sk}});
+    const Val M = new_input(BP_DTYPE_F32, ms_shape);
+    if (!M.exact) return;
+    Val mm = *x;
+    mm.lo = x->lo + M.lo, mm.hi = x->hi + M.hi;
+    mm.gran = std::max(x->gran, M.gran);
+    mm.exact = fits_exact(std::max(std::fabs(mm.lo), std::fabs(mm.hi)), mm.gran);
+    x = add_node("masked", "add", {x->name, M.name}, Json::object(), mm);
+    if (!x) return;
+  }
+  const double span = x->hi - x->lo, E = x->abs_err(), dn = static_cast<double>(Sk);
+  Val mp = *x;
+  mp.exact = false;
+  mp.lo = std::exp(-span) / dn, mp.hi = 1, mp.ea = 0;
+  mp.er = 2 * E + kU * span + 2 * kT + 2 * kU * std::sqrt(dn) + 6 * kU;
+  const Val* p = add_node("probs", "softmax", {x->name}, Json{{"dim", -1}}, mp);
+  if (!p) return;
+  // The fused kernels fold the scale and rescale partial sums: a few more
+  // roundings per key block than the composed ops.
+  Val my = V;
+  my.exact = false;
+  my.lo = V.lo * 0.99, my.hi = V.hi * 1.01;
+  my.ea = V.abs_err() + V.mag() * (mp.er + 2 * kU * std::sqrt(dn) + 16 * kU), my.er = 0;
+  add_node("attn", "matmul", {p->name, V.name}, Json::object(), my);
+}
+
 void Generator::concat() {
   const Val* a = operand([](const Val& v) { return !v.shape.empty() && v.dtype != BP_DTYPE_I64; });
   if (!a) return;
