@@ -11,6 +11,7 @@
 #include <csignal>
 #include <pthread.h>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -49,6 +50,7 @@ int cmd_serve(const Args& in) {
   const std::string threads = take_option(args, "--threads");
   const std::string ready_fd = take_option(args, "--ready-fd");
   const std::string plugin_dir = take_option(args, "--plugin-dir");
+  const std::string private_dir = take_option(args, "--private-dir");
   o.progress_file = take_option(args, "--progress-file");
   const std::string shm_fd = take_option(args, "--shm-fd");
   const std::string shm_size = take_option(args, "--shm-size");
@@ -105,10 +107,21 @@ int cmd_serve(const Args& in) {
     if (plugin_dir.empty() || o.plugins.size() != 1) throw Error("serve: --isolated-child needs --plugin-dir and one --plugin");
     ro.use_default_path = false;
     ro.use_environment = false;
-    // It ends with the host that started it.
+    // It ends with the host that started it, however the host ended (kill
+    // -9 included): the host's private folder for it goes (socket, token,
+    // log), and so does its process group (a plugin's forked helpers) when
+    // it leads one, as the host starts it (setsid).
+    const std::filesystem::path dir = private_dir;
+    if (!private_dir.empty() && dir.filename().string().rfind("backplane-isolate-", 0) != 0)
+      throw Error("serve: --private-dir must name a backplane-isolate-* folder");
     const pid_t parent = getppid();
-    std::thread([parent] {
+    std::thread([parent, dir] {
       while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!dir.empty()) {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+      }
+      if (getpgrp() == getpid()) ::kill(0, SIGKILL);
       _exit(0);
     }).detach();
   }
