@@ -1101,7 +1101,16 @@ int serve(Runtime& runtime, const ServerOptions& options) {
         !(seals & F_SEAL_SHRINK))
       throw Error("serve: the shared memory (--shm-fd) is smaller than --shm-size or not sealed against shrinking");
     void* m = ::mmap(nullptr, options.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, options.shm_fd, 0);
-    if (m == MAP_FAILED) throw Error("serve: cannot map the shared memory (--shm-fd)");
+    if (m == MAP_FAILED) {
+      // Under an address-space limit (RLIMIT_AS, `ulimit -v`) the host sizes
+      // it to fit; say so when it still does not.
+      const int err = errno;
+      rlimit as{};
+      std::string why = std::strerror(err);
+      if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+        why += "; the address-space limit (RLIMIT_AS, `ulimit -v`) is " + std::to_string(as.rlim_cur) + " bytes";
+      throw Error("serve: cannot map the " + std::to_string(options.shm_size) + " bytes of shared memory (--shm-fd): " + why);
+    }
     ::close(options.shm_fd);
     shm = static_cast<char*>(m);
   }
