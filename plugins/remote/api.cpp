@@ -37,7 +37,11 @@ bp_error* buffer_allocate(void*, bp_device* device, uint64_t size, bp_buffer* ou
     uint64_t at = UINT64_MAX;
     if (d->shm_buffers && s.use_shm && size > 0) {
       at = s.arena_take(size, std::max<uint64_t>(d->alignment, 64));
-      if (at == UINT64_MAX) throw sdk::Error(BP_ERR_OUT_OF_MEMORY, s.owner->who() + ": its shared memory is full");
+      if (at == UINT64_MAX)
+        throw sdk::Error(BP_ERR_OUT_OF_MEMORY, s.owner->who() + ": its shared memory is full (" +
+                                                   std::to_string(size) + " bytes asked; the arena holds " +
+                                                   std::to_string(s.child.shm_size - kShmBytes) +
+                                                   " bytes, less under an address-space limit)");
       req.mutable_allocate()->set_in_shm(true);
       req.mutable_allocate()->set_shm_offset(at);
     }

@@ -42,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <algorithm>
+#include <condition_variable>
 #include <poll.h>
 #include <sys/wait.h>
 #include <thread>
@@ -69,7 +70,7 @@ std::string trim(std::string s);
 // ---- one server session ------------------------------------------------------------------------
 
 struct Child {
-  pid_t pid = -1;
+  pid_t pid = -1;  // also its process group's id: it starts its own session (setsid)
   std::string dir, socket, token, log;
   // Which call of the batch the child is running (it writes, we read when
   // it dies): an 8-byte file both map.
@@ -84,9 +85,13 @@ struct Child {
 // to kMaxChunkBytes, then an arena for buffers the child's plugin imports
 // (its devices are then BP_MEMORY_MAPPED: the host reads and writes them in
 // place). The arena is virtual: pages exist once touched, and a freed
-// buffer's pages are given back (MADV_REMOVE).
+// buffer's pages are given back (MADV_REMOVE). It reserves kArenaBytes of
+// address space, or under an address-space limit (RLIMIT_AS, `ulimit -v`) a
+// quarter of the room the limit leaves, at least kArenaFloorBytes
+// (child.cpp, arena_size).
 constexpr uint64_t kShmBytes = 2 * kMaxChunkBytes;
 constexpr uint64_t kArenaBytes = uint64_t{64} << 30;
+constexpr uint64_t kArenaFloorBytes = uint64_t{64} << 20;
 constexpr uint64_t kRetainBytes = uint64_t{1} << 30;
 // Below this a write or read goes inline in the message: cheaper than a
 // round of staging.
@@ -94,11 +99,31 @@ constexpr uint64_t kShmThreshold = 16 * 1024;
 
 class Instance;
 
+// The host's own bound on every request to an isolated child (a hello, a
+// buffer call, a batch of kernels), when a deadline is set: a thread that
+// ends the child's whole process group once a request has waited longer
+// than the deadline plus kGraceMs. The child's own watchdog ends a kernel
+// batch at the deadline itself; this one also covers what it cannot (a
+// hung buffer_write, a stopped child).
+constexpr int64_t kGraceMs = 1000;
+struct Guard {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  pid_t group = -1;  // the child's process group while the child is not reaped
+  bool waiting = false;
+  std::chrono::steady_clock::time_point since{};
+  std::string what;   // the request being waited on
+  std::string fired;  // what the host gave up on when it ended the child
+  std::thread thread;
+};
+
 struct Server {
   std::string address;  // "127.0.0.1:7601", "unix:/path"
   std::string label;    // what device names carry after '@'
   std::string token, ca_pem;
   Child child;  // isolation only
+  Guard guard;  // isolation with a deadline only
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<Remote::Stub> stub;
   std::unique_ptr<grpc::ClientContext> context;
@@ -208,10 +233,18 @@ class Instance {
   Response exchange(Server& s, const Request& req);  // s.mu held; throws sdk::Error
   void post(Server& s, const Request& req);          // sends without waiting for the reply
   [[noreturn]] void lost(Server& s);
+  // The host's bound on the requests to an isolated child (Guard).
+  int64_t deadline_ms() const { return deadline_ms_; }
+  void watch(Server& s);
 
  private:
+  void open_session(Server& s);
   void start_child(Server& s);
+  void start_process(Server& s);
   void stop_child(Server& s);
+  void reap(Server& s);
+  void stop_all();
+  void send(Server& s, const Request& req);
   void build_tables();
 
   std::string config_;

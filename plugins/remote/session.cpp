@@ -71,7 +71,20 @@ void Instance::connect(Server& s) {
   if (isolated_) {
     stop_child(s);
     start_child(s);
+    try {
+      open_session(s);
+    } catch (...) {
+      // A child that cannot be spoken to goes now, with its folder.
+      s.broken = true;
+      stop_child(s);
+      throw;
+    }
+    return;
   }
+  open_session(s);
+}
+
+void Instance::open_session(Server& s) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
   args.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
@@ -191,14 +204,84 @@ void Instance::lost(Server& s) {
   throw sdk::Error(BP_ERR_UNAVAILABLE, who() + " (" + s.label + "): " + s.broken_reason);
 }
 
-void Instance::post(Server& s, const Request& req) {
+namespace {
+// The request a child is asked, as errors name it.
+std::string describe(const Request& req) {
+  if (req.has_hello()) return "hello";
+  if (req.has_allocate()) return "buffer_allocate";
+  if (req.has_free()) return "buffer_free";
+  if (!req.has_batch()) return "a request";
+  const Batch& b = req.batch();
+  std::string parts;
+  auto add = [&](const std::string& p) { parts += (parts.empty() ? "" : ", ") + p; };
+  if (b.writes_size() > 0) add("buffer_write");
+  if (b.calls_size() > 0 || b.replay() != 0) add("a batch of kernel calls");
+  if (b.reads_size() > 0) add("buffer_read");
+  return parts.empty() ? "a batch" : parts;
+}
+
+// While a request to an isolated child is waited on: the Guard's watchdog
+// may end the child once it waits past the bound (no deadline, no guard).
+class Waiting {
+ public:
+  Waiting(Server& s, const Request& req) : g_(s.guard.thread.joinable() ? &s.guard : nullptr) {
+    if (g_) arm(describe(req));
+  }
+  Waiting(Server& s, const char* what) : g_(s.guard.thread.joinable() ? &s.guard : nullptr) {
+    if (g_) arm(what);
+  }
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+  ~Waiting() {
+    if (!g_) return;
+    std::lock_guard<std::mutex> lk(g_->mu);
+    g_->waiting = false;
+  }
+
+ private:
+  void arm(std::string what) {
+    std::lock_guard<std::mutex> lk(g_->mu);
+    g_->waiting = true;
+    g_->since = std::chrono::steady_clock::now();
+    g_->what = std::move(what);
+  }
+  Guard* g_;
+};
+}  // namespace
+
+void Instance::watch(Server& s) {
+  const auto bound = std::chrono::milliseconds(deadline_ms_ + kGraceMs);
+  const auto tick = std::clamp<std::chrono::milliseconds>(bound / 8, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
+  Guard& g = s.guard;
+  std::unique_lock<std::mutex> lk(g.mu);
+  while (!g.stop) {
+    g.cv.wait_for(lk, tick);
+    if (g.stop || !g.waiting || g.group <= 0) continue;
+    if (std::chrono::steady_clock::now() - g.since <= bound) continue;
+    // A stopped or hung child: its whole group goes, and the stream's
+    // reads and writes fail at once. `context` is not replaced while a
+    // request waits (connect() holds s.mu, as does the waiting caller).
+    g.fired = g.what;
+    g.waiting = false;
+    if (::kill(-g.group, SIGKILL) != 0) ::kill(g.group, SIGKILL);
+    if (s.context) s.context->TryCancel();
+  }
+}
+
+void Instance::send(Server& s, const Request& req) {
   if (s.broken) throw sdk::Error(BP_ERR_UNAVAILABLE, who() + " (" + s.label + "): " + s.broken_reason);
   if (!s.stream->Write(req)) lost(s);
   ++s.outstanding;
 }
 
+void Instance::post(Server& s, const Request& req) {
+  Waiting w(s, req);
+  send(s, req);
+}
+
 Response Instance::exchange(Server& s, const Request& req) {
-  post(s, req);
+  Waiting w(s, req);
+  send(s, req);
   // Replies come in order: those of posted batches first. The first failure
   // among them is this exchange's answer (an error of a queued write shows
   // at the next synchronize or read, as on an asynchronous device).
@@ -297,7 +380,7 @@ bp_error* remote_kernel(const bp_kernel_context*, const bp_storage*, size_t, con
 
 bp_error* Instance::initialize(const bp_host_api* host) {
   initialized = true;
-  return sdk::guard([&] {
+  bp_error* e = sdk::guard([&] {
     threads_ = host && host->num_threads ? host->num_threads(host->host_ctx) : 0;
     if (!config_.empty()) {
       const auto j = nlohmann::json::parse(config_, nullptr, false);
@@ -312,6 +395,8 @@ bp_error* Instance::initialize(const bp_host_api* host) {
       auto s = std::make_unique<Server>();
       s->label = "isolated";
       s->owner = this;
+      // The host bounds every request to the child (Guard).
+      if (deadline_ms_ > 0) s->guard.thread = std::thread([this, srv = s.get()] { watch(*srv); });
       servers_.push_back(std::move(s));
     } else if (const char* env = std::getenv("BACKPLANE_REMOTE"); env && *env) {
       const char* tf = std::getenv("BACKPLANE_REMOTE_TOKEN_FILE");
@@ -370,14 +455,29 @@ bp_error* Instance::initialize(const bp_host_api* host) {
     api.name = sdk::to_bp(name);
     api.version = sdk::to_bp(version);
   });
+  // The host does not shut down a plugin whose initialize() failed: its
+  // children and their private folders go now.
+  if (e) stop_all();
+  return e;
 }
 
-void Instance::shutdown() {
+void Instance::shutdown() { stop_all(); }
+
+void Instance::stop_all() {
   for (auto& s : servers_) {
     std::lock_guard<std::mutex> lk(s->mu);
     if (s->stream && !s->broken) {
+      Waiting w(*s, "the end of its session");
       s->stream->WritesDone();
       s->stream->Finish();
+    }
+    if (s->guard.thread.joinable()) {
+      {
+        std::lock_guard<std::mutex> g(s->guard.mu);
+        s->guard.stop = true;
+      }
+      s->guard.cv.notify_all();
+      s->guard.thread.join();
     }
     s->stream.reset();
     s->context.reset();
