@@ -1,5 +1,6 @@
 #include "device.hpp"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace backplane::vulkan {
@@ -57,6 +58,10 @@ const char* vk_result_name(VkResult r) {
 Device::Device(VkInstance inst, VkPhysicalDevice pd, uint32_t index) : instance(inst), phys(pd) {
   vkGetPhysicalDeviceProperties(phys, &props);
   vkGetPhysicalDeviceMemoryProperties(phys, &mem_props);
+  {
+    const char* forms = std::getenv("BACKPLANE_VULKAN_FORMS");
+    direct_forms = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && !(forms && std::strcmp(forms, "gpu") == 0);
+  }
   name = "vulkan" + std::to_string(index);
   description = props.deviceName;
   switch (props.deviceType) {

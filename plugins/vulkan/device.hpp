@@ -42,6 +42,10 @@ class Device {
   uint32_t timestamp_bits = 0;  // that family's timestampValidBits (0: no timestamps)
   VkPhysicalDeviceProperties props{};
   VkPhysicalDeviceMemoryProperties mem_props{};
+  // The kernels' forms for CPU devices (lavapipe): the direct ones unless
+  // BACKPLANE_VULKAN_FORMS=gpu asks for the workgroup forms a GPU runs, so
+  // those shaders are checked on a machine without a GPU.
+  bool direct_forms = false;
   Features features;
   // vkGetBufferDeviceAddress (core 1.2) or its KHR alias.
   PFN_vkGetBufferDeviceAddress get_buffer_address = nullptr;

@@ -28,7 +28,8 @@ struct Call {
   const char* op() const;
   bool present(size_t i) const { return in[i].buffer_handle != 0; }
   // A CPU device (lavapipe): the direct, one-pass and block forms measured there.
-  bool cpu_device() const { return dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+  // Whether to take the direct forms made for CPU devices (Device::direct_forms).
+  bool cpu_device() const { return dev.direct_forms; }
   // The op's params, checked to be of `kind`.
   const bp_op_params& params_of(bp_params_kind kind) const;
 };

@@ -208,6 +208,7 @@ void attention_impl(Call& c) {
       a.i32(st[i]);
   }
   BP_SDK_CHECK(rows < (int64_t{1} << 31), BP_ERR_UNIMPLEMENTED, std::string(c.op()) + ": more than 2^31 query rows");
+  // (A CPU device declines the op: api_device_supports_kernel.)
   const Pipeline& pl = c.dev.pipelines.get(shader("attention", d), {}, 5);
   const Binding bs[] = {q.binding, k.binding, v.binding, m.binding, y.binding};
   c.dev.exec.dispatch(c.stream, pl, bs, a.w, static_cast<uint32_t>(rows), 0, static_cast<uint64_t>(rows), c.op());

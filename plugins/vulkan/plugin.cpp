@@ -73,6 +73,10 @@ bp_error* api_device_supports_kernel(void*, bp_device* device, uint32_t kernel_i
     const Row& row = rows[kernel_index];
     for (size_t i = 0; i < row.dtypes.size(); ++i)
       if (!((row.index_mask >> i) & 1u)) ok = ok && d.supports_dtype(row.dtypes[i]);
+    // A CPU device (lavapipe) declines attention: its workgroup-per-row form
+    // ran the encoder's attention 20x slower there than the composed ops
+    // (whose matmul has a direct form), so the host runs those instead.
+    if (d.direct_forms && row.op == "scaled_dot_product_attention") ok = false;
     *out = ok;
   });
 }
