@@ -96,6 +96,18 @@ std::string log_tail(const std::string& path, size_t max_bytes) {
   return out;
 }
 
+}  // namespace
+
+std::string address_space_note(const std::string& said) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY || said.find("RLIMIT_AS") != std::string::npos) return {};
+  return " (under an address-space limit of " + mib(r.rlim_cur) +
+         " (RLIMIT_AS, `ulimit -v`), which the child shares: it may need more room for its threads and the memory "
+         "it shares with the host)";
+}
+
+namespace {
+
 constexpr const char* kDirPrefix = "backplane-isolate-";
 
 // Private folders of hosts that are gone (killed with -9, say, before their

@@ -66,6 +66,9 @@ int64_t remote_error_call_index(void*, const bp_error* e);
 // A file of at most 1 MiB (tokens, certificates), or an error naming `what`.
 std::string read_small_file(const std::string& path, const char* what);
 std::string trim(std::string s);
+// Under an address-space limit (RLIMIT_AS), a note naming it for an error
+// about an isolated child that does not already; else "".
+std::string address_space_note(const std::string& said);
 
 // ---- one server session ------------------------------------------------------------------------
 

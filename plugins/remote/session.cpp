@@ -70,14 +70,22 @@ std::chrono::milliseconds hello_deadline() { return deadline_from("BACKPLANE_REM
 void Instance::connect(Server& s) {
   if (isolated_) {
     stop_child(s);
-    start_child(s);
     try {
-      open_session(s);
-    } catch (...) {
-      // A child that cannot be spoken to goes now, with its folder.
-      s.broken = true;
-      stop_child(s);
-      throw;
+      start_child(s);
+      try {
+        open_session(s);
+      } catch (...) {
+        // A child that cannot be spoken to goes now, with its folder.
+        s.broken = true;
+        stop_child(s);
+        throw;
+      }
+    } catch (const sdk::Error& e) {
+      // Under `ulimit -v` a child short of address space fails in many
+      // ways (a thread not made, a server that never listens): say so.
+      throw sdk::Error(e.code(), e.what() + address_space_note(e.what()));
+    } catch (const std::exception& e) {
+      throw sdk::Error(BP_ERR_UNAVAILABLE, who() + ": " + e.what() + address_space_note(e.what()));
     }
     return;
   }
