@@ -114,11 +114,13 @@ constexpr const char* kDirPrefix = "backplane-isolate-";
 // children could remove them): backplane-isolate-PID-XXXXXX of this user
 // whose PID no longer runs. Once per process and folder, at its first child.
 void remove_stale_folders(const std::string& base) {
-  static std::mutex mu;
-  static std::set<std::string> done;
+  // Never destroyed: a host that keeps its Runtime in a static may start a
+  // child after this library's static destructors ran (see g_instances).
+  static std::mutex& mu = *new std::mutex;
+  static std::set<std::string>& done = *new std::set<std::string>;
   {
     std::lock_guard<std::mutex> lk(mu);
-    if (!done.insert(base).second || done.size() > 64) return;
+    if (done.size() >= 64 || !done.insert(base).second) return;
   }
   {
     std::error_code ec;
