@@ -329,28 +329,59 @@ TEST_CASE("isolation: the shared arena fits an address-space limit, and says why
     return;
   }
   RuntimeDir run_dir;
-  auto devices_under = [&](rlim_t limit) {
-    const std::string log = run_dir.path + "/devices.log";
-    const pid_t pid = remotetest::spawn_logged({kBin, "devices", "--load"}, log, [&] {
-      setenv("BACKPLANE_PLUGIN_PATH", kFixtures.c_str(), 1);
-      setenv("MALLOC_ARENA_MAX", "2", 1);
-      rlimit r{limit, limit};
-      setrlimit(RLIMIT_AS, &r);
-    });
-    const int rc = wait_helper(pid, std::chrono::seconds(60));
-    return std::make_pair(rc, read_file(log));
-  };
-  // 8 GiB: room for the host and the child, not for 64 GiB of arena.
-  auto [rc, out] = devices_under(rlim_t{8} << 30);
-  INFO(out);
-  CHECK(rc == 0);
-  bool loaded = false;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line);)
-    loaded |= line.rfind("fx_iso ", 0) == 0 && line.find(" loaded ") != std::string::npos;
-  CHECK(loaded);
-  CHECK_THAT(out, Catch::Contains("isolated: a plugin that misbehaves"));
-  CHECK(run_dir.folders().empty());
+  SECTION("too little room even for the smallest arena: the message names the size and the limit") {
+    // The remote plugin's library loaded first (it stays loaded), and the
+    // runtime made, so that little else needs address space below.
+    { check_add(add_plan(*iso_runtime()).run(add_inputs())); }
+    auto rt = iso_runtime();
+    // 96 MiB of room for this process, briefly: the staging area and the
+    // smallest arena (128 MiB) cannot be mapped.
+    struct Lowered {
+      rlimit saved{};
+      explicit Lowered(rlim_t room) {
+        getrlimit(RLIMIT_AS, &saved);
+        uint64_t used = 0;
+        std::ifstream f("/proc/self/status");
+        for (std::string line; std::getline(f, line);)
+          if (line.rfind("VmSize:", 0) == 0) used = std::strtoull(line.c_str() + 7, nullptr, 10) * 1024;
+        rlimit r{static_cast<rlim_t>(used) + room, saved.rlim_max};
+        setrlimit(RLIMIT_AS, &r);
+      }
+      ~Lowered() { setrlimit(RLIMIT_AS, &saved); }
+    };
+    std::string m;
+    {
+      Lowered lowered(rlim_t{96} << 20);
+      m = error_of([&] { rt->device("fx_iso"); });
+    }
+    INFO(m);
+    CHECK_THAT(m, Catch::Contains("fx_iso") && Catch::Contains("cannot map the 128 MiB") && Catch::Contains("RLIMIT_AS"));
+    CHECK(run_dir.folders().empty());
+  }
+  SECTION("backplane devices --load under ulimit -v 8 GiB: the plugin loads") {
+    auto devices_under = [&](rlim_t limit) {
+      const std::string log = run_dir.path + "/devices.log";
+      const pid_t pid = remotetest::spawn_logged({kBin, "devices", "--load"}, log, [&] {
+        setenv("BACKPLANE_PLUGIN_PATH", kFixtures.c_str(), 1);
+        setenv("MALLOC_ARENA_MAX", "2", 1);
+        rlimit r{limit, limit};
+        setrlimit(RLIMIT_AS, &r);
+      });
+      const int rc = wait_helper(pid, std::chrono::seconds(60));
+      return std::make_pair(rc, read_file(log));
+    };
+    // 8 GiB: room for the host and the child, not for 64 GiB of arena.
+    auto [rc, out] = devices_under(rlim_t{8} << 30);
+    INFO(out);
+    CHECK(rc == 0);
+    bool loaded = false;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);)
+      loaded |= line.rfind("fx_iso ", 0) == 0 && line.find(" loaded ") != std::string::npos;
+    CHECK(loaded);
+    CHECK_THAT(out, Catch::Contains("isolated: a plugin that misbehaves"));
+    CHECK(run_dir.folders().empty());
+  }
 }
 
 // Catches: a private folder (socket, token, log) left behind when the host
