@@ -11,8 +11,11 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #ifdef BACKPLANE_HAVE_ONNX
 #include <backplane/onnx.hpp>
@@ -162,7 +165,35 @@ py::array as_input(const py::handle& value, bp_dtype want, const std::string& na
 struct PyCompletion {
   Completion c;
   py::object plan;  // keeps the Plan (and its buffers) alive while running
+  PyCompletion() = default;
+  PyCompletion(PyCompletion&&) = default;
+  PyCompletion& operator=(PyCompletion&&) = default;
+  // Dropping a Completion whose run goes on waits for the run (its buffers
+  // are the plan's): without the GIL, so every other Python thread goes on.
+  // (pybind11 destroys it with the GIL held.)
+  ~PyCompletion() {
+    if (!c.valid() || c.poll()) return;
+    py::gil_scoped_release nogil;
+    Completion running = std::move(c);
+  }
 };
+
+// Waits for a submitted run in slices, looking for signals between them,
+// so Ctrl-C reaches Python while a long run goes on (it raises
+// KeyboardInterrupt; the run itself finishes, and a later wait() or
+// dropping the Completion waits for it). The slices grow from 20 µs to 2 ms:
+// a short run is not kept waiting, a long one is looked at 500 times a second.
+void wait_interruptibly(Completion& c) {
+  auto slice = std::chrono::microseconds(20);
+  while (!c.poll()) {
+    {
+      py::gil_scoped_release nogil;
+      std::this_thread::sleep_for(slice);
+    }
+    slice = std::min(slice * 2, std::chrono::microseconds(2000));
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
 
 // Host arrays of at least this many bytes are read in place on a device
 // that can import host memory (the cpu; vulkan0 where the driver imports
@@ -484,9 +515,10 @@ PYBIND11_MODULE(_backplane, m) {
   py::class_<PyCompletion>(m, "Completion")
       .def("wait", [](PyCompletion& c) {
         const std::map<std::string, HostTensor>* kept = nullptr;
+        wait_interruptibly(c.c);
         {
           py::gil_scoped_release nogil;
-          kept = &c.c.outputs();  // waits; the run's error, if any
+          kept = &c.c.outputs();  // the run has ended: its error, if any
         }
         py::dict d;
         for (const auto& [name, t] : *kept)
@@ -499,6 +531,7 @@ PYBIND11_MODULE(_backplane, m) {
       .def("poll", [](const PyCompletion& c) { return c.c.poll(); })
       .def("error", [](PyCompletion& c) -> py::object {
         std::exception_ptr e;
+        wait_interruptibly(c.c);
         {
           py::gil_scoped_release nogil;
           e = c.c.error();

@@ -576,6 +576,77 @@ def test_submit_from_several_threads_gives_each_its_own_outputs():
 
 
 
+def _long_plan(n=1024, chain=12):
+    # A chain of n x n matmuls: long enough (~0.1-1 s on the CPU) for a
+    # signal or another thread to act while it runs.
+    g = backplane.Graph()
+    g.input("x", "f32", [n, n])
+    g.constant("w", (np.eye(n, dtype=np.float32) * 0.5).astype(np.float32))
+    prev = "x"
+    for i in range(chain):
+        g.node(f"m{i}", "matmul", [prev, "w"])
+        prev = f"m{i}"
+    g.output(prev)
+    return backplane.compile(g, "cpu"), np.ones((n, n), np.float32), prev
+
+
+def test_dropping_a_running_completion_lets_other_threads_run():
+    # Dropping a Completion waits for its run; it once waited holding the
+    # GIL, so every other Python thread stopped until the run ended: the
+    # ticker below then records no time inside the drop.
+    import time
+    plan, x, _ = _long_plan()
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set() and len(ticks) < 100000:
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    th = threading.Thread(target=ticker)
+    th.start()
+    try:
+        c = plan.submit(x=x)
+        if c.poll():
+            pytest.skip("the run ended before the Completion was dropped")
+        t0 = time.perf_counter()
+        del c
+        t1 = time.perf_counter()
+    finally:
+        stop.set()
+        th.join()
+    if t1 - t0 < 0.05:
+        pytest.skip("the drop was too short to tell")
+    # Ticks come every ~1 ms when the thread may run; away from the drop's
+    # ends (where a tick may slip in either way).
+    inside = [t for t in ticks if t0 + 0.02 < t < t1 - 0.02]
+    assert len(inside) >= 5, f"{len(inside)} ticks of another thread during a {t1 - t0:.3f} s drop"
+
+
+def test_ctrl_c_reaches_python_during_wait():
+    # Completion.wait() looks for signals while the run goes on: SIGINT
+    # raises KeyboardInterrupt before the run ends, and a second wait() gives
+    # the run's outputs (would catch a wait that blocks until the end, or an
+    # interrupt that loses the run).
+    import signal
+    plan, x, out = _long_plan()
+    c = plan.submit(x=x)
+    timer = threading.Timer(0.02, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    interrupted_early = None
+    try:
+        c.wait()
+    except KeyboardInterrupt:
+        interrupted_early = not c.poll()
+    finally:
+        timer.cancel()
+    if interrupted_early is None:
+        pytest.skip("the run ended before the signal arrived")
+    assert interrupted_early
+    y = c.wait()[out]
+    assert np.allclose(y, 0.5 ** 12)
+
 def test_dynamic_dims(rt):
     # One plan at every seq: values against NumPy at each size, a size seen
     # before not compiled again (would catch a plan stuck at its first size,
