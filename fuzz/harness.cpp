@@ -378,6 +378,11 @@ void set_plugin_dirs(const std::string& dirs) {
   g_dirs = dirs;
 }
 
+std::string plugin_dirs() {
+  std::lock_guard<std::mutex> lock(g_dirs_mutex);
+  return g_dirs;
+}
+
 int plan_one(const uint8_t* data, size_t size) {
   g_note = size > kMaxInput ? "skipped: too large" : "";
   auto gf = parse_graph(data, size);

@@ -68,9 +68,19 @@ int remote_one(const uint8_t* data, size_t size);
 // the core accepts, holding the inputs and outputs it reports.
 int onnx_one(const uint8_t* data, size_t size);
 
+// The whole request stream of a server session (fuzz/session_harness.cpp;
+// in builds with gRPC only): bytes -> a short program of requests (hello,
+// allocate, free, writes, reads, a batch of one call, raw Request bytes) ->
+// one in-process session of `backplane serve` over the CPU plugin. Every
+// answer must be a Response, a read that succeeds must return the bytes
+// asked for, and once the session closes the memory budget must be back
+// at 0.
+int session_one(const uint8_t* data, size_t size);
+
 // The folder(s) holding the partial plugin's manifest (and the CPU plugin's,
 // optionally), ':'-separated; plan_one reads it on first use. The default is
 // the compile-time BACKPLANE_FUZZ_PLUGIN_DIRS.
 void set_plugin_dirs(const std::string& dirs);
+std::string plugin_dirs();
 
 }  // namespace backplane::fuzz

@@ -86,6 +86,7 @@ const Named kHarnesses[] = {
     {"fuzz_plan", backplane::fuzz::plan_one},
 #ifdef BACKPLANE_HAVE_REMOTE
     {"fuzz_remote", backplane::fuzz::remote_one},
+    {"fuzz_session", backplane::fuzz::session_one},
 #endif
 #ifdef BACKPLANE_HAVE_ONNX
     {"fuzz_onnx", backplane::fuzz::onnx_one},

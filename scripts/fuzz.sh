@@ -13,7 +13,7 @@
 # `build/bin/fuzz_replay <file>` in the normal build).
 #
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_TIME (seconds per
-# harness, default 60), FUZZ_HARNESSES (default: all six; one not built is skipped), JOBS (default:
+# harness, default 60), FUZZ_HARNESSES (default: all seven; one not built is skipped), JOBS (default:
 # all cores), SKIP_APT=1 (packages already there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR="${FUZZ_BUILD_DIR:-build-fuzz}"
 TIME="${FUZZ_TIME:-60}"
 JOBS="${JOBS:-$(nproc)}"
-HARNESSES="${FUZZ_HARNESSES:-fuzz_graph fuzz_npy fuzz_manifest fuzz_plan fuzz_remote fuzz_onnx}"
+HARNESSES="${FUZZ_HARNESSES:-fuzz_graph fuzz_npy fuzz_manifest fuzz_plan fuzz_remote fuzz_session fuzz_onnx}"
 start=$(date +%s)
 
 # ---- clang and libFuzzer ------------------------------------------------------

@@ -131,6 +131,13 @@ class Service final : public Remote::Service {
 
   grpc::Status RawSession(grpc::ServerContext* context, RawStream* stream);
 
+  // A session without a transport (InProcessSession): its state, and one
+  // request's bytes through the same decoding and handling as RawSession's.
+  struct Local;
+  std::unique_ptr<Local> open_local();
+  std::string local_request(Local& l, const std::string& bytes);
+  void close_local(Local& l);
+
  private:
   struct Buffer {
     uint32_t device;
@@ -283,6 +290,20 @@ grpc::Status Service::RawSession(grpc::ServerContext* context, RawStream* stream
   }
   return grpc::Status::OK;
 }
+
+struct Service::Local {
+  State st;
+};
+
+std::unique_ptr<Service::Local> Service::open_local() { return std::make_unique<Local>(); }
+
+std::string Service::local_request(Local& l, const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer in(&slice, 1);
+  return decode_and_handle(l.st, in).SerializeAsString();
+}
+
+void Service::close_local(Local& l) { release(l.st); }
 
 Response Service::decode_and_handle(State& st, grpc::ByteBuffer& bytes) {
   try {
@@ -1215,6 +1236,54 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   if (watchdog.joinable()) watchdog.join();
   if (!options.unix_path.empty()) ::unlink(options.unix_path.c_str());
   return 0;
+}
+
+struct InProcessSession::Impl {
+  std::vector<std::unique_ptr<ServedDevice>> devices;
+  ServerOptions options;
+  Watch watch;
+  std::unique_ptr<Budget> budget;
+  std::unique_ptr<Service> service;
+  std::unique_ptr<Service::Local> local;
+  bool closed = false;
+};
+
+InProcessSession::InProcessSession(Runtime& runtime, const ServerOptions& options, const std::string& plugin)
+    : impl_(std::make_unique<Impl>()) {
+  auto& m = *impl_;
+  m.options = options;
+  runtime.device(plugin);  // loads it, or throws naming why
+  for (const auto& l : runtime.devices()) {
+    if (l.plugin != plugin || l.state != PluginState::Loaded) continue;
+    Device* dev = &runtime.device(l.name);
+    auto d = std::make_unique<ServedDevice>();
+    d->device = dev;
+    d->plugin = &DeviceAccess::plugin(*dev);
+    d->handle = DeviceAccess::handle(*dev);
+    d->table = d->plugin->info().kernels;
+    d->info = DeviceAccess::info(*dev);
+    for (size_t k = 0; k < d->table.size(); ++k) d->supported.push_back(DeviceAccess::supports(*dev, static_cast<int>(k)));
+    m.devices.push_back(std::move(d));
+  }
+  if (m.devices.empty()) throw Error("in-process session: plugin '" + plugin + "' has no device");
+  m.budget = std::make_unique<Budget>(options.max_total_bytes ? options.max_total_bytes : uint64_t{64} << 20);
+  m.service = std::make_unique<Service>(runtime, m.devices, m.options, m.watch, nullptr, nullptr, 0, *m.budget);
+  m.local = m.service->open_local();
+}
+
+InProcessSession::~InProcessSession() { close(); }
+
+std::string InProcessSession::request(const std::string& bytes) {
+  if (impl_->closed) throw Error("in-process session: closed");
+  return impl_->service->local_request(*impl_->local, bytes);
+}
+
+uint64_t InProcessSession::close() {
+  if (!impl_->closed) {
+    impl_->service->close_local(*impl_->local);
+    impl_->closed = true;
+  }
+  return impl_->budget->used();
 }
 
 }  // namespace backplane::remote

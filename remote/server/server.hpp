@@ -4,6 +4,7 @@
 #include <backplane/backplane.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,28 @@ struct ServerOptions {
 // plugins, listens, and serves until SIGINT/SIGTERM. Returns the process exit
 // code; a refusal to start is an Error naming the reason.
 int serve(Runtime& runtime, const ServerOptions& options);
+
+// One session of the server in this process, without a transport or a
+// token: the fuzzers send it whole request streams (fuzz/session_harness.cpp).
+// It serves the loaded devices of `runtime`'s plugin `plugin`, with no shared
+// memory, under options.max_total_bytes (0: 64 MiB) and the other limits of
+// `options`.
+class InProcessSession {
+ public:
+  InProcessSession(Runtime& runtime, const ServerOptions& options, const std::string& plugin);
+  ~InProcessSession();
+  InProcessSession(const InProcessSession&) = delete;
+  InProcessSession& operator=(const InProcessSession&) = delete;
+  // One request as a client's stream carries it (a serialized Request); the
+  // serialized Response, exactly what the client would read.
+  std::string request(const std::string& bytes);
+  // Ends the session as a closed stream does (its buffers freed); returns the
+  // bytes still counted against the memory budget, 0 unless accounting leaked.
+  uint64_t close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace backplane::remote
