@@ -282,13 +282,14 @@ void Generator::attention() {
   if (!x) return;
   if (chance(0.6)) {
     const Shape ms_shape = one_of(std::vector<Shape>{{Sq, Sk}, {Sk}, {B, 1, Sk}, {1, Sq, Sk}, {B, Sq, Sk}});
+    const Val X = *x;  // (new_input below may move the values x points into)
     const Val M = new_input(BP_DTYPE_F32, ms_shape);
     if (!M.exact) return;
-    Val mm = *x;
-    mm.lo = x->lo + M.lo, mm.hi = x->hi + M.hi;
-    mm.gran = std::max(x->gran, M.gran);
+    Val mm = X;
+    mm.lo = X.lo + M.lo, mm.hi = X.hi + M.hi;
+    mm.gran = std::max(X.gran, M.gran);
     mm.exact = fits_exact(std::max(std::fabs(mm.lo), std::fabs(mm.hi)), mm.gran);
-    x = add_node("masked", "add", {x->name, M.name}, Json::object(), mm);
+    x = add_node("masked", "add", {X.name, M.name}, Json::object(), mm);
     if (!x) return;
   }
   const double span = x->hi - x->lo, E = x->abs_err(), dn = static_cast<double>(Sk);
