@@ -68,14 +68,9 @@ bool swaps_last_two(const Node& t, size_t rank) {
 class Fuser {
  public:
   Fuser(const Graph& g, Device* dev, const std::vector<std::string>& keep) : g_(g), dev_(dev) {
-    for (const auto& o : g.outputs()) ++uses_[o];
-    for (const auto& k : keep) ++uses_[k];
-    for (size_t i = 0; i < g.nodes().size(); ++i) {
-      const Node& n = g.nodes()[i];
-      producer_[n.name] = i;
-      for (const auto& in : n.inputs)
-        if (!in.empty()) ++uses_[in];
-    }
+    ValueUses u = value_uses(g, keep);
+    producer_ = std::move(u.producer);
+    uses_ = std::move(u.count);
     for (const auto& in : g.inputs())
       if (in.constant) constants_[in.name] = in.constant.get();
   }

@@ -71,14 +71,9 @@ class Substituter {
  public:
   Substituter(Runtime& rt, const Graph& g, const std::vector<Device*>& devices, const std::vector<std::string>& keep)
       : rt_(rt), g_(g), dev_(devices.empty() ? nullptr : devices.front()) {
-    for (const auto& o : g.outputs()) ++uses_[o];
-    for (const auto& k : keep) ++uses_[k];
-    for (size_t i = 0; i < g.nodes().size(); ++i) {
-      const Node& n = g.nodes()[i];
-      producer_[n.name] = i;
-      for (const auto& in : n.inputs)
-        if (!in.empty()) ++uses_[in];
-    }
+    ValueUses u = value_uses(g, keep);
+    producer_ = std::move(u.producer);
+    uses_ = std::move(u.count);
   }
 
   PatternResult run() {
@@ -333,6 +328,19 @@ class Substituter {
 };
 
 }  // namespace
+
+ValueUses value_uses(const Graph& g, const std::vector<std::string>& keep) {
+  ValueUses u;
+  for (const auto& o : g.outputs()) ++u.count[o];
+  for (const auto& k : keep) ++u.count[k];
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    u.producer[n.name] = i;
+    for (const auto& in : n.inputs)
+      if (!in.empty()) ++u.count[in];
+  }
+  return u;
+}
 
 std::map<std::string, ValueType> infer_standard_nodes(
     const Graph& g, const std::function<void(size_t, const InferredNode&, const std::vector<const ValueType*>&)>& on_node) {

@@ -41,6 +41,15 @@ struct PatternResult {
   std::map<std::string, ValueType> types;
 };
 
+// Which node gives each value (its index in the graph) and how often each
+// value is read: by nodes, as a graph output, as a kept value. The matchers
+// refuse a match whose intermediate is read outside it.
+struct ValueUses {
+  std::map<std::string, size_t> producer;
+  std::map<std::string, int> count;
+};
+ValueUses value_uses(const Graph& g, const std::vector<std::string>& keep);
+
 // The types of the graph's inputs and of every standard node whose inputs
 // are known; on_node sees each node inferred (with its inputs' types).
 // Anything the core cannot infer here (a vendor op, a bad graph: lowering
