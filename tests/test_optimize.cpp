@@ -773,6 +773,55 @@ TEST_CASE("optimizer: exported attention runs as scaled_dot_product_attention an
   CHECK_THAT(kept.explain(), Contains("not replaced by scaled_dot_product_attention: node 'p' is also used outside"));
 }
 
+// masked_fill as exporters write it, where(hidden, -inf, scores), with the
+// condition a graph input (the fusion then builds the additive mask with a
+// where of two constants) and a constant (the mask is then a constant).
+// Would catch: the fill applied where the condition is false, or the
+// condition's broadcast lost.
+TEST_CASE("optimizer: attention masked by where(cond, -inf, scores) fuses with a fed or constant condition",
+          "[optimize][attention]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  const int64_t BH = 2, S = 9, D = 8;
+  const HostTensor q = random_tensor({BH, S, D}, 41), k = random_tensor({BH, S, D}, 42),
+                   v = random_tensor({BH, S, D}, 43, -0.25, 1);
+  HostTensor hidden(BP_DTYPE_BOOL, {S, S}), additive(BP_DTYPE_F32, {S, S});
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t j = 0; j < S; ++j) {
+      const bool h = (i * 7 + j * 3) % 5 == 0 && j != i;  // never a whole row
+      hidden.set_int(i * S + j, h);
+      additive.set(i * S + j, h ? -INFINITY : 0.0);
+    }
+  std::vector<double> want, mag;
+  attention_f64(q, k, v, &additive, BH, S, S, D, D, 0.25, false, want, mag);
+  for (const bool fed : {true, false}) {
+    INFO((fed ? "fed condition" : "constant condition"));
+    Graph g;
+    for (const char* n : {"q", "k", "v"}) g.input(n, BP_DTYPE_F32, {BH, S, D});
+    if (fed)
+      g.input("hidden", BP_DTYPE_BOOL, {S, S});
+    else
+      g.constant("hidden", hidden);
+    HostTensor c(BP_DTYPE_F32, {}), fill(BP_DTYPE_F32, {});
+    c.set(0, 0.25);
+    fill.set(0, -INFINITY);
+    g.constant("c", c);
+    g.constant("fill", fill);
+    g.node("kt", "transpose", {"k"}, {{"dim0", -2}, {"dim1", -1}});
+    g.node("s", "matmul", {"q", "kt"});
+    g.node("scaled", "mul", {"s", "c"});
+    g.node("masked", "where", {"hidden", "fill", "scaled"});
+    g.node("p", "softmax", {"masked"}, {{"dim", -1}});
+    g.node("y", "matmul", {"p", "v"});
+    g.output("y");
+    Plan plan = rt->compile(g, cpu);
+    CHECK(op_of(plan, "y") == "scaled_dot_product_attention");
+    std::map<std::string, HostTensor> in = {{"q", q}, {"k", k}, {"v", v}};
+    if (fed) in["hidden"] = hidden;
+    CHECK(attention_mismatches(plan.run(in).at("y"), want, mag) == 0);
+  }
+}
+
 // The op written in a graph: causal with fewer queries than keys (the last
 // Sq positions of a sequence, as a KV cache gives them), on the CPU's kernel,
 // on vulkan0 (its kernel on a GPU; the composed form on lavapipe, which
