@@ -198,6 +198,9 @@ int usage() {
 using namespace diff_fuzz;
 
 int main(int argc, char** argv) {
+  // The attention step's graphs are small: fuse them on the CPU anyway
+  // (docs/architecture.md), so fused and composed meet.
+  setenv("BACKPLANE_ATTENTION_CPU_MIN_BYTES", "0", 0);
   Options opt;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
