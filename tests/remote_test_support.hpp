@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -19,6 +20,18 @@
 namespace backplane::remotetest {
 
 // A new private directory under the system's temporary one.
+// Environment variables set for the scope of a test (unset when it ends).
+struct Env {
+  std::vector<std::string> names;
+  void set(const std::string& n, const std::string& v) {
+    setenv(n.c_str(), v.c_str(), 1);
+    names.push_back(n);
+  }
+  ~Env() {
+    for (auto& n : names) unsetenv(n.c_str());
+  }
+};
+
 inline std::string make_temp_dir(const std::string& prefix) {
   std::string t = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
   REQUIRE(mkdtemp(t.data()) != nullptr);

@@ -33,6 +33,8 @@ using namespace backplane;
 
 namespace {
 
+using backplane::remotetest::Env;
+
 using Clock = std::chrono::steady_clock;
 
 const std::string kFixtures = std::string(BACKPLANE_FIXTURE_DIR) + "/isolation";
@@ -43,18 +45,6 @@ constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;
 #endif
-
-// Environment variables for the scope of a test.
-struct Env {
-  std::vector<std::string> names;
-  void set(const std::string& n, const std::string& v) {
-    setenv(n.c_str(), v.c_str(), 1);
-    names.push_back(n);
-  }
-  ~Env() {
-    for (auto& n : names) unsetenv(n.c_str());
-  }
-};
 
 // A private XDG_RUNTIME_DIR: the children's folders are made in it.
 struct RuntimeDir {

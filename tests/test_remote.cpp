@@ -31,6 +31,8 @@ namespace rp = backplane::remote;
 
 namespace {
 
+using backplane::remotetest::Env;
+
 const std::string kBin = std::string(BACKPLANE_BIN_DIR) + "/backplane";
 
 std::string temp_dir() { return backplane::remotetest::make_temp_dir("bp-remote-test"); }
@@ -69,18 +71,6 @@ struct Server {
   }
   bool listening() const { return read_log().find("listening") != std::string::npos; }
   std::string address() const { return "unix:" + socket; }
-};
-
-// Sets environment variables for the scope of a test.
-struct Env {
-  std::vector<std::string> names;
-  void set(const std::string& n, const std::string& v) {
-    setenv(n.c_str(), v.c_str(), 1);
-    names.push_back(n);
-  }
-  ~Env() {
-    for (auto& n : names) unsetenv(n.c_str());
-  }
 };
 
 std::unique_ptr<Runtime> runtime(std::vector<std::filesystem::path> extra = {}) {
