@@ -742,15 +742,15 @@ Graph exported_attention(int64_t BH, int64_t S, int64_t D, const HostTensor& mas
 }  // namespace
 
 // Would catch: the mask left out or added twice, the scale applied twice or
-// not at all, the softmax over another dim, a row block (64 rows: S = 192
+// not at all, the softmax over another dim, a row block (64 rows: S = 384
 // crosses it) or key block handled wrongly, the -inf entries turning a row
 // NaN (each row keeps its diagonal), and a fusion that takes a softmax
 // another node still reads.
 TEST_CASE("optimizer: exported attention runs as scaled_dot_product_attention and matches f64", "[optimize][attention]") {
   auto rt = cpu_runtime();
   Device& cpu = rt->device("cpu");
-  // 8 x 192 x 192 f32 scores: above the 1 MiB from which a CPU fuses.
-  const int64_t BH = 8, S = 192, D = 16;
+  // 8 x 384 x 384 f32 scores: above the 4 MiB from which a CPU fuses.
+  const int64_t BH = 8, S = 384, D = 16;
   HostTensor mask = random_tensor({S, S}, 21, -1, 0);
   for (int64_t i = 0; i < S; ++i)
     for (int64_t j = i + 1; j < S; ++j) mask.set(i * S + j, -INFINITY);
@@ -776,7 +776,7 @@ TEST_CASE("optimizer: exported attention runs as scaled_dot_product_attention an
   HostTensor small_mask = random_tensor({64, 64}, 25, -1, 0);
   Plan small = rt->compile(exported_attention(4, 64, D, small_mask, false), cpu);
   CHECK(op_of(small, "y") == "matmul");
-  CHECK_THAT(small.explain(), Contains("its scores (64 KiB) are below 1024 KiB"));
+  CHECK_THAT(small.explain(), Contains("its scores (64 KiB) are below 4096 KiB"));
 }
 
 // masked_fill as exporters write it, where(hidden, -inf, scores), with the
@@ -788,7 +788,7 @@ TEST_CASE("optimizer: attention masked by where(cond, -inf, scores) fuses with a
           "[optimize][attention]") {
   auto rt = cpu_runtime();
   Device& cpu = rt->device("cpu");
-  const int64_t BH = 8, S = 192, D = 8;  // 1.2 MiB of scores: fused on a cpu
+  const int64_t BH = 8, S = 384, D = 8;  // 4.5 MiB of scores: fused on a cpu
   const HostTensor q = random_tensor({BH, S, D}, 41), k = random_tensor({BH, S, D}, 42),
                    v = random_tensor({BH, S, D}, 43, -0.25, 1);
   HostTensor hidden(BP_DTYPE_BOOL, {S, S}), additive(BP_DTYPE_F32, {S, S});

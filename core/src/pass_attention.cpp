@@ -22,18 +22,18 @@ namespace {
 constexpr const char* kOp = "scaled_dot_product_attention";
 constexpr size_t kMaxNearMissNotes = 8;
 // Scores (f32 bytes over every batch) below which a CPU keeps the composed
-// form. Measured on 2 threads (fused / composed time): [4, 128, 128] 1.41,
-// [8, 512, 512] 1.03, [8, 2048, 2048] 1.02, where the fused kernel holds 7
-// MiB instead of the 128 MiB score matrix.
+// form. Measured on 2 threads (fused / composed time): [4, 128, 128] 1.11,
+// [8, 256, 256] 1.08, [8, 512, 512] 0.90, [8, 2048, 2048] 0.83 (holding
+// 12 MiB instead of the 128 MiB score matrix).
 // BACKPLANE_ATTENTION_CPU_MIN_BYTES=N sets it (0: always fuse; the
 // differential fuzzer's graphs are small).
 uint64_t cpu_score_bytes() {
   static const uint64_t v = [] {
     const char* e = std::getenv("BACKPLANE_ATTENTION_CPU_MIN_BYTES");
-    if (!e || !*e) return uint64_t{1} << 20;
+    if (!e || !*e) return uint64_t{4} << 20;
     char* end = nullptr;
     const unsigned long long n = std::strtoull(e, &end, 10);
-    return end && *end == '\0' ? static_cast<uint64_t>(n) : uint64_t{1} << 20;
+    return end && *end == '\0' ? static_cast<uint64_t>(n) : uint64_t{4} << 20;
   }();
   return v;
 }
@@ -283,7 +283,7 @@ class Fuser {
     }
     // On a CPU the composed ops are as fast while the scores stay small
     // (their matmuls and softmax are tuned; the scores stay in cache): the
-    // fused kernel pays in memory, from cpu_score_bytes() of scores on.
+    // fused kernel pays from cpu_score_bytes() of scores on.
     if (dev_->kind() == "cpu") {
       auto ts = types_.find(mm->name);
       if (ts == types_.end()) return {};

@@ -2,12 +2,14 @@
 // query rows at a time against blocks of keys, with the softmax done online
 // (a running maximum and sum per row, the partial output rescaled when the
 // maximum grows). The score matrix is never formed: a task holds BQ x BK
-// scores, so memory stays O(BQ · (BK + Dv)) per thread whatever Sk is.
+// scores, and a thread one batch's packed k and v, so memory stays
+// O(BQ · (BK + Dv) + Sk · (D + Dv)) per thread.
 //
 // Both products run on the plugin's GEMM micro-kernels (gemm.hpp) without
 // its threading: q's block is packed once per task (scaled as it is
-// packed), each key block of k and v is packed as the B operand, and the
-// probabilities as the A operand of the second product. The exp and max
+// packed), a batch's k and v once per thread for all its query blocks (as
+// the B operands, per key block), and the probabilities as the A operand of
+// the second product. The exp and max
 // passes use the rows:: primitives when the ISA allows.
 #include "gemm.hpp"
 #include "kernels.hpp"
@@ -245,10 +247,26 @@ template <bp_dtype D> struct AttentionK {
         return;
       }
     }
-    pfor(c, tasks, grain, [&](int64_t t0, int64_t t1) {
+    // k and v are packed once per batch for all its query blocks (a chunk of
+    // tasks repacks only when its batch changes), so chunks follow batches:
+    // each batch's query blocks split into just enough chunks to keep every
+    // thread busy.
+    const int64_t per_batch = std::max<int64_t>(
+        1, (2 * static_cast<int64_t>(num_threads(c)) + nbatch - 1) / std::max<int64_t>(nbatch, 1));
+    const int64_t bgrain = std::max<int64_t>(1, (nqb + per_batch - 1) / per_batch);
+    // Key block jb's packed kᵀ (all 256-deep slices of D) and v start at
+    // koff[jb] and voff[jb].
+    const int64_t nkb = (Sk + kBlockK - 1) / kBlockK;
+    std::vector<int64_t> koff(static_cast<size_t>(nkb) + 1, 0), voff(static_cast<size_t>(nkb) + 1, 0);
+    for (int64_t jb = 0; jb < nkb; ++jb) {
+      const int64_t bk = std::min(kBlockK, Sk - jb * kBlockK);
+      koff[static_cast<size_t>(jb) + 1] = koff[static_cast<size_t>(jb)] + round_up(bk, NR) * Dh;
+      voff[static_cast<size_t>(jb) + 1] = voff[static_cast<size_t>(jb)] + round_up(Dv, NR) * bk;
+    }
+    pfor(c, tasks, bgrain, [&](int64_t t0, int64_t t1) {
+      const AlignedBuffer<float> kall(std::max<int64_t>(1, koff.back())), vall(std::max<int64_t>(1, voff.back()));
+      int64_t packed_batch = -1;
       const AlignedBuffer<float> qbuf(std::max<int64_t>(1, rq * Dh)), qpack(std::max<int64_t>(1, rq * Dh)),
-          kpack(std::max<int64_t>(1, round_up(std::max<int64_t>(bk_max, 1), NR) * std::min(Dh, kBlockK))),
-          vpack(std::max<int64_t>(1, round_up(Dv, NR) * std::max<int64_t>(bk_max, 1))),
           ppack(std::max<int64_t>(1, rq * std::max<int64_t>(bk_max, 1))), sbuf(std::max<int64_t>(1, rq * kBlockK)),
           obuf(std::max<int64_t>(1, rq * Dv));
       std::vector<float> row_m(static_cast<size_t>(rq)), row_l(static_cast<size_t>(rq));
@@ -256,6 +274,20 @@ template <bp_dtype D> struct AttentionK {
         const int64_t b = t / nqb, i0 = (t % nqb) * kBlockQ, mq = std::min(kBlockQ, Sq - i0);
         int64_t off[5];
         w.offsets(b, off);
+        if (b != packed_batch) {
+          // This batch's kᵀ (per key block, per 256-deep slice of D) and v
+          // as the two products' B panels, once for all its query blocks.
+          for (int64_t jb = 0; jb < nkb; ++jb) {
+            const int64_t j0 = jb * kBlockK, bk = std::min(kBlockK, Sk - j0), npan = (bk + NR - 1) / NR;
+            float* kp = kall.get() + koff[static_cast<size_t>(jb)];
+            for (int64_t pc = 0; pc < Dh; pc += kBlockK)
+              pack_b_panels<T, float>(k + off[1] + j0 * kr + pc * kc_, kc_, kr, bk, std::min(kBlockK, Dh - pc), NR,
+                                      0, npan, kp + round_up(bk, NR) * pc);
+            pack_b_panels<T, float>(v + off[2] + j0 * vr, vr, vc, Dv, bk, NR, 0, (Dv + NR - 1) / NR,
+                                    vall.get() + voff[static_cast<size_t>(jb)]);
+          }
+          packed_batch = b;
+        }
         // q's rows, scaled, packed as the first product's A panels (one
         // region per 256-deep slice of D).
         float* qs = qbuf.get();
@@ -274,15 +306,15 @@ template <bp_dtype D> struct AttentionK {
         // Keys past the last one any row of the block sees (causal) are skipped.
         const int64_t k_end = causal ? std::clamp<int64_t>(i0 + mq + Sk - Sq, 0, Sk) : Sk;
         for (int64_t j0 = 0; j0 < k_end; j0 += kBlockK) {
-          const int64_t bk = std::min(kBlockK, k_end - j0);
-          const int64_t npan = (bk + NR - 1) / NR;
+          // The whole packed block (its panels are laid out for all its
+          // keys); keys a causal row does not see get -inf below.
+          const int64_t jb = j0 / kBlockK, bk = std::min(kBlockK, Sk - j0);
           float* s = sbuf.get();
           // s[mq x bk] = (q scale) kᵀ, row stride kBlockK.
-          for (int64_t pc = 0; pc < Dh; pc += kBlockK) {
-            const int64_t kcw = std::min(kBlockK, Dh - pc);
-            pack_b_panels<T, float>(k + off[1] + j0 * kr + pc * kc_, kc_, kr, bk, kcw, NR, 0, npan, kpack.get());
-            kern.macro(mq, bk, kcw, qpack.get() + rq * pc, kpack.get(), s, kBlockK, pc == 0);
-          }
+          const float* kp = kall.get() + koff[static_cast<size_t>(jb)];
+          for (int64_t pc = 0; pc < Dh; pc += kBlockK)
+            kern.macro(mq, bk, std::min(kBlockK, Dh - pc), qpack.get() + rq * pc, kp + round_up(bk, NR) * pc, s,
+                       kBlockK, pc == 0);
           if (Dh == 0)
             for (int64_t i = 0; i < mq; ++i) std::fill(s + i * kBlockK, s + i * kBlockK + bk, 0.0f);
           // Mask, causal limit, and the online softmax per row.
@@ -316,8 +348,7 @@ template <bp_dtype D> struct AttentionK {
           for (int64_t pp = 0; pp * MR < mq; ++pp)
             pack_a_panel<float, float>(s + pp * MR * kBlockK, kBlockK, 1, std::min(MR, mq - pp * MR), bk, MR,
                                        ppack.get() + pp * MR * bk);
-          pack_b_panels<T, float>(v + off[2] + j0 * vr, vr, vc, Dv, bk, NR, 0, (Dv + NR - 1) / NR, vpack.get());
-          kern.macro(mq, Dv, bk, ppack.get(), vpack.get(), o, Dv, false);
+          kern.macro(mq, Dv, bk, ppack.get(), vall.get() + voff[static_cast<size_t>(jb)], o, Dv, false);
         }
         // A row that saw no key keeps l = 0: 0/0 gives NaN, as the composed
         // softmax of -inf does.
