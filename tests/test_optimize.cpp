@@ -779,6 +779,39 @@ TEST_CASE("optimizer: exported attention runs as scaled_dot_product_attention an
   CHECK_THAT(small.explain(), Contains("its scores (64 KiB) are below 4096 KiB"));
 }
 
+// kᵀ given as a value of its own ([BH, D, S], not a transposed view): the
+// fusion makes a transpose view named "<node>/k", or another name when the
+// graph already has that one. Would catch: a duplicate name failing the
+// compile of a valid graph.
+TEST_CASE("optimizer: attention over a pre-transposed k fuses with a view named apart from the graph's own",
+          "[optimize][attention]") {
+  auto rt = cpu_runtime();
+  const int64_t BH = 8, S = 384, D = 8;
+  const HostTensor q = random_tensor({BH, S, D}, 51), k = random_tensor({BH, S, D}, 52),
+                   v = random_tensor({BH, S, D}, 53, -0.25, 1);
+  HostTensor kt(BP_DTYPE_F32, {BH, D, S});
+  for (int64_t b = 0; b < BH; ++b)
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t c = 0; c < D; ++c) kt.set((b * D + c) * S + j, k.get((b * S + j) * D + c));
+  std::vector<double> want, mag;
+  attention_f64(q, k, v, nullptr, BH, S, S, D, D, 1.0, false, want, mag);
+  Graph g;
+  g.input("q", BP_DTYPE_F32, {BH, S, D});
+  g.input("kt", BP_DTYPE_F32, {BH, D, S});
+  g.input("v", BP_DTYPE_F32, {BH, S, D});
+  g.node("s", "matmul", {"q", "kt"});
+  g.node("p", "softmax", {"s"}, {{"dim", -1}});
+  g.node("y", "matmul", {"p", "v"});
+  g.node("y/k", "neg", {"v"});  // the name the fusion would give its view
+  g.output("y");
+  g.output("y/k");
+  Plan plan = rt->compile(g, rt->device("cpu"));
+  CHECK(op_of(plan, "y") == "scaled_dot_product_attention");
+  const auto out = plan.run({{"q", q}, {"kt", kt}, {"v", v}});
+  CHECK(attention_mismatches(out.at("y"), want, mag) == 0);
+  CHECK(out.at("y/k").get(0) == -v.get(0));
+}
+
 // masked_fill as exporters write it, where(hidden, -inf, scores), with the
 // condition a graph input (the fusion then builds the additive mask with a
 // where of two constants) and a constant (the mask is then a constant).

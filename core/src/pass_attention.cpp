@@ -158,6 +158,20 @@ class Fuser {
     return it == producer_.end() ? nullptr : &g_.nodes()[it->second];
   }
   size_t index(const Node* n) const { return producer_.at(n->name); }
+  // `base`, or base#2, base#3, ... : a name no value of the graph has yet
+  // (nor one this pass made).
+  std::string fresh(const std::string& base) const {
+    auto taken = [&](const std::string& n) {
+      if (producer_.count(n) || made_.count(n)) return true;
+      for (const auto& in : g_.inputs())
+        if (in.name == n) return true;
+      return false;
+    };
+    std::string n = base;
+    for (int i = 2; taken(n); ++i) n = base + "#" + std::to_string(i);
+    made_.insert(n);
+    return n;
+  }
   // The value of a one-element float constant, if `name` is one.
   std::optional<double> scalar(const std::string& name) const {
     auto it = constants_.find(name);
@@ -305,7 +319,7 @@ class Fuser {
       tk = types_.at(k);
     } else {
       Node tr;
-      tr.name = y.name + "/k";
+      tr.name = fresh(y.name + "/k");
       tr.op = "transpose";
       tr.inputs = {kt};
       tr.params = {{"dim0", -2}, {"dim1", -1}};
@@ -326,7 +340,7 @@ class Fuser {
         return {};
       }
       const double on = fill_when_true ? where_fill : 0.0, off = fill_when_true ? 0.0 : where_fill;
-      mask = y.name + "/mask";
+      mask = fresh(y.name + "/mask");
       where_mask = {d, tc->second.shape, {}};
       auto c = constants_.find(where_cond);
       if (c != constants_.end()) {
@@ -335,12 +349,14 @@ class Fuser {
         for (int64_t e = 0; e < m->numel(); ++e) m->set(e, c->second->get_int(e) ? on : off);
         extra.emplace_back(mask, std::move(m));
       } else {
+        std::vector<std::string> names;
         for (const auto& [suffix, value] : {std::pair<const char*, double>{"/on", on}, {"/off", off}}) {
           auto t = std::make_shared<HostTensor>(d, Shape{});
           t->set(0, value);
-          extra.emplace_back(y.name + suffix, std::move(t));
+          names.push_back(fresh(y.name + suffix));
+          extra.emplace_back(names.back(), std::move(t));
         }
-        out.push_back(Node{mask, "where", {where_cond, y.name + "/on", y.name + "/off"}, Json::object(), ""});
+        out.push_back(Node{mask, "where", {where_cond, names[0], names[1]}, Json::object(), ""});
       }
     }
     Node f;
@@ -376,6 +392,7 @@ class Fuser {
   std::map<std::string, size_t> producer_;
   std::map<std::string, int> uses_;
   std::map<std::string, const HostTensor*> constants_;
+  mutable std::set<std::string> made_;  // names fresh() gave out
   std::map<std::string, ValueType> types_;
 };
 
