@@ -198,9 +198,6 @@ int usage() {
 using namespace diff_fuzz;
 
 int main(int argc, char** argv) {
-  // The attention step's graphs are small: fuse them on the CPU anyway
-  // (docs/architecture.md), so fused and composed meet.
-  setenv("BACKPLANE_ATTENTION_CPU_MIN_BYTES", "0", 0);
   Options opt;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -222,6 +219,9 @@ int main(int argc, char** argv) {
 
   RuntimeOptions ro;
   ro.use_environment = false;
+  // The attention step's graphs are small: fuse them on the CPU anyway, so
+  // fused and composed meet.
+  ro.attention_cpu_min_bytes = 0;
   if (!opt.partial_dir.empty()) ro.plugin_paths.emplace_back(opt.partial_dir);
   auto rt = Runtime::create(ro);
   std::vector<Device*> cpu, vulkan, vulkan_list, partial_list;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -21,23 +20,6 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 constexpr size_t kMaxNearMissNotes = 8;
-// Scores (f32 bytes over every batch) below which a CPU keeps the composed
-// form. Measured on 2 threads (fused / composed time): [4, 128, 128] 1.11,
-// [8, 256, 256] 1.08, [8, 512, 512] 0.90, [8, 2048, 2048] 0.83 (holding
-// 12 MiB instead of the 128 MiB score matrix).
-// BACKPLANE_ATTENTION_CPU_MIN_BYTES=N sets it (0: always fuse; the
-// differential fuzzer's graphs are small).
-uint64_t cpu_score_bytes() {
-  static const uint64_t v = [] {
-    const char* e = std::getenv("BACKPLANE_ATTENTION_CPU_MIN_BYTES");
-    if (!e || !*e) return uint64_t{4} << 20;
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(e, &end, 10);
-    return end && *end == '\0' ? static_cast<uint64_t>(n) : uint64_t{4} << 20;
-  }();
-  return v;
-}
-
 using Constants = std::vector<std::pair<std::string, std::shared_ptr<const HostTensor>>>;
 
 // The graph with its nodes replaced and constants added.
@@ -84,7 +66,8 @@ bool swaps_last_two(const Node& t, size_t rank) {
 
 class Fuser {
  public:
-  Fuser(const Graph& g, Device* dev, const std::vector<std::string>& keep) : g_(g), dev_(dev) {
+  Fuser(const Graph& g, Device* dev, const std::vector<std::string>& keep, uint64_t cpu_min_bytes)
+      : g_(g), dev_(dev), cpu_min_bytes_(cpu_min_bytes) {
     ValueUses u = value_uses(g, keep);
     producer_ = std::move(u.producer);
     uses_ = std::move(u.count);
@@ -297,15 +280,15 @@ class Fuser {
     }
     // On a CPU the composed ops are as fast while the scores stay small
     // (their matmuls and softmax are tuned; the scores stay in cache): the
-    // fused kernel pays from cpu_score_bytes() of scores on.
+    // fused kernel pays from cpu_min_bytes_ of scores on.
     if (dev_->kind() == "cpu") {
       auto ts = types_.find(mm->name);
       if (ts == types_.end()) return {};
       uint64_t bytes = 4;
       for (int64_t x : ts->second.shape) bytes *= static_cast<uint64_t>(std::max<int64_t>(x, 0));
-      if (bytes < cpu_score_bytes()) {
-        why = "its scores (" + std::to_string(bytes >> 10) + " KiB) are below " +
-              std::to_string(cpu_score_bytes() >> 10) + " KiB, where the composed ops are as fast on a cpu";
+      if (bytes < cpu_min_bytes_) {
+        why = "its scores (" + std::to_string(bytes >> 10) + " KiB) are below " + std::to_string(cpu_min_bytes_ >> 10) +
+              " KiB, where the composed ops are as fast on a cpu";
         return {};
       }
     }
@@ -389,6 +372,7 @@ class Fuser {
 
   const Graph& g_;
   Device* dev_;
+  uint64_t cpu_min_bytes_;
   std::map<std::string, size_t> producer_;
   std::map<std::string, int> uses_;
   std::map<std::string, const HostTensor*> constants_;
@@ -399,9 +383,9 @@ class Fuser {
 }  // namespace
 
 std::optional<AttentionResult> fuse_attention(const Graph& graph, const std::vector<Device*>& devices,
-                                              const std::vector<std::string>& keep) {
+                                              const std::vector<std::string>& keep, uint64_t cpu_min_score_bytes) {
   if (devices.empty()) return std::nullopt;
-  return Fuser(graph, devices.front(), keep).run();
+  return Fuser(graph, devices.front(), keep, cpu_min_score_bytes).run();
 }
 
 std::optional<AttentionResult> expand_attention(const Graph& graph, const std::vector<Device*>& devices) {

@@ -591,7 +591,7 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
     if (options.optimize) folded = detail::fold_constants(*this, g0, devices, options.keep);
     const Graph& g1 = folded ? folded->graph : g0;
     std::optional<detail::AttentionResult> fused;
-    if (options.optimize) fused = detail::fuse_attention(g1, devices, options.keep);
+    if (options.optimize) fused = detail::fuse_attention(g1, devices, options.keep, impl_->attention_cpu_min_bytes);
     const Graph& g = fused && fused->changed ? fused->graph : g1;
     detail::PatternResult patterns;
     detail::LayoutResult layouts;

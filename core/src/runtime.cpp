@@ -142,6 +142,14 @@ std::unique_ptr<Runtime> Runtime::create(RuntimeOptions options) {
   impl->pool = std::make_unique<detail::ThreadPool>(static_cast<unsigned>(threads));
   if (options.use_environment)
     if (const char* env = safe_getenv("BACKPLANE_LOG")) impl->log_level = static_cast<bp_log_level>(std::atoi(env));
+  if (options.attention_cpu_min_bytes >= 0) {
+    impl->attention_cpu_min_bytes = static_cast<uint64_t>(options.attention_cpu_min_bytes);
+  } else if (const char* env = options.use_environment ? safe_getenv("BACKPLANE_ATTENTION_CPU_MIN_BYTES") : nullptr;
+             env && *env) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(env, &end, 10);
+    if (end && *end == '\0') impl->attention_cpu_min_bytes = static_cast<uint64_t>(n);
+  }
 
   impl->host.struct_size = sizeof(bp_host_api);
   impl->host.abi_major = BP_ABI_VERSION_MAJOR;

@@ -12,6 +12,8 @@ struct Runtime::Impl {
   std::unique_ptr<detail::ThreadPool> pool;
   bp_host_api host{};
   bp_log_level log_level = BP_LOG_WARNING;
+  // RuntimeOptions::attention_cpu_min_bytes, resolved (pass_attention.hpp).
+  uint64_t attention_cpu_min_bytes = uint64_t{4} << 20;
   std::vector<std::unique_ptr<Plugin>> plugins;
   std::vector<std::pair<std::filesystem::path, std::string>> manifest_errors;
   mutable std::vector<PluginInfo> infos;

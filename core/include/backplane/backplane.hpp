@@ -412,6 +412,11 @@ struct RuntimeOptions {
   // false: every plugin runs in this process whatever its manifest or the
   // environment asks (what `backplane serve` uses for the child itself).
   bool allow_isolation = true;
+  // On a cpu device the optimizer runs exported attention as
+  // scaled_dot_product_attention only from this many bytes of f32 scores
+  // (below it the composed ops are as fast); 0 fuses always. -1: 4 MiB, or
+  // BACKPLANE_ATTENTION_CPU_MIN_BYTES.
+  int64_t attention_cpu_min_bytes = -1;
 };
 
 class Plan;
