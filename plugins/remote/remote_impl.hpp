@@ -237,7 +237,6 @@ class Instance {
   void post(Server& s, const Request& req);          // sends without waiting for the reply
   [[noreturn]] void lost(Server& s);
   // The host's bound on the requests to an isolated child (Guard).
-  int64_t deadline_ms() const { return deadline_ms_; }
   void watch(Server& s);
 
  private:

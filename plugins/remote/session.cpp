@@ -232,6 +232,8 @@ std::string describe(const Request& req) {
 // may end the child once it waits past the bound (no deadline, no guard).
 class Waiting {
  public:
+  // The request is named only when a guard watches (no string built per
+  // request otherwise).
   Waiting(Server& s, const Request& req) : g_(s.guard.thread.joinable() ? &s.guard : nullptr) {
     if (g_) arm(describe(req));
   }
