@@ -42,6 +42,7 @@ struct Case {
   // What one timed run is: execute() on inputs set once, run(inputs), or
   // submit(inputs) and its outputs (what an application pays per call).
   enum class Call { execute, run, submit } call = Call::execute;
+  bool optimize = true;  // CompileOptions::optimize
 };
 
 HostTensor filled(Shape shape, uint32_t seed, bp_dtype dtype = BP_DTYPE_F32) {
@@ -138,6 +139,31 @@ Case binary_case(const std::string& name, Shape a, Shape b, bool transpose_a) {
   return c;
 }
 
+// Eight elementwise ops over two 16M f32 inputs (a + b, then scale, relu,
+// shift, minimum with b, negate, abs, maximum with a): memory-bound, so
+// fused it should take about one add's time (three 64 MiB passes), unfused
+// eight. `optimize` off keeps the eight kernels.
+Case chain_case(const std::string& name, bool optimize) {
+  Case c{name, {}, {}, 0, 0};
+  const Shape s{16 << 20};
+  c.graph.input("a", BP_DTYPE_F32, s);
+  c.graph.input("b", BP_DTYPE_F32, s);
+  c.graph.node("t0", "add", {"a", "b"});
+  c.graph.node("t1", "affine", {"t0"}, {{"mul", 0.5}, {"add", 0.0}});
+  c.graph.node("t2", "relu", {"t1"});
+  c.graph.node("t3", "affine", {"t2"}, {{"mul", 1.0}, {"add", -0.25}});
+  c.graph.node("t4", "minimum", {"t3", "b"});
+  c.graph.node("t5", "neg", {"t4"});
+  c.graph.node("t6", "abs", {"t5"});
+  c.graph.node("y", "maximum", {"t6", "a"});
+  c.graph.output("y");
+  c.inputs["a"] = filled(s, 1);
+  c.inputs["b"] = filled(s, 2);
+  c.bytes = 3.0 * 4 * (16 << 20);
+  c.optimize = optimize;
+  return c;
+}
+
 // The cases whose name contains `filter` (only those get their inputs made:
 // filling every case's tensors takes seconds).
 std::vector<Case> all_cases(const std::string& filter) {
@@ -145,6 +171,8 @@ std::vector<Case> all_cases(const std::string& filter) {
   auto want = [&](const std::string& name) { return name.find(filter) != std::string::npos; };
   const int64_t M = 4096;
   if (want("add_16M")) cases.push_back(binary_case("add_16M", {16 << 20}, {16 << 20}, false));
+  if (want("chain8_16M")) cases.push_back(chain_case("chain8_16M", true));
+  if (want("chain8_16M_unfused")) cases.push_back(chain_case("chain8_16M_unfused", false));
   if (want("add_bcast_col")) cases.push_back(binary_case("add_bcast_col", {M, M}, {M, 1}, false));
   if (want("add_bcast_row")) cases.push_back(binary_case("add_bcast_row", {M, M}, {1, M}, false));
   if (want("add_transposed")) cases.push_back(binary_case("add_transposed", {M, M}, {M, M}, true));
@@ -485,7 +513,9 @@ int cmd_bench(const Args& in) {
       }
     }
     try {
-      Plan plan = rt->compile(c.graph, list);
+      CompileOptions co;
+      co.optimize = c.optimize;
+      Plan plan = rt->compile(c.graph, list, co);
       for (auto& [name, t] : c.inputs) plan.set_input(name, t);
       const double t = bench::median_seconds(
           [&] {
