@@ -1,16 +1,10 @@
 // Comparisons (to bool) and where.
-#include "elementwise.hpp"
+#include "eltwise_ops.hpp"
 
 namespace backplane::cpu {
 namespace {
 using namespace eltwise;
-
-struct Eq : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a == b; } };
-struct Ne : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a != b; } };
-struct Lt : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a < b; } };
-struct Le : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a <= b; } };
-struct Gt : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a > b; } };
-struct Ge : NoParams { using NoParams::NoParams; template <class C> bool operator()(C a, C b) const { return a >= b; } };
+using namespace eltwise::ops;
 
 template <bp_dtype D> struct WhereK {
   static void impl(const Call& c) {
