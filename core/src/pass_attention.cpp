@@ -20,24 +20,7 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 constexpr size_t kMaxNearMissNotes = 8;
-using Constants = std::vector<std::pair<std::string, std::shared_ptr<const HostTensor>>>;
-
-// The graph with its nodes replaced and constants added.
-Graph rebuilt(const Graph& g, const std::vector<Node>& nodes, const Constants& extra) {
-  Graph r;
-  for (const auto& in : g.inputs()) {
-    if (in.constant)
-      r.constant(in.name, in.constant);
-    else if (in.dim_names.empty())
-      r.input(in.name, in.dtype, in.shape);
-    else
-      r.input(in.name, in.dtype, in.shape, in.dim_names);
-  }
-  for (const auto& [name, value] : extra) r.constant(name, value);
-  for (const Node& n : nodes) r.node(n.name, n.op, n.inputs, n.params, n.device);
-  for (const auto& o : g.outputs()) r.output(o);
-  return r;
-}
+using Constants = NamedConstants;
 
 std::vector<bp_dtype> key_of(bp_dtype d) { return {d, d, d, d, d}; }
 
@@ -131,7 +114,7 @@ class Fuser {
       else if (role[i] == 0)
         out.push_back(nodes[i]);
     }
-    r.graph = rebuilt(g_, out, constants);
+    r.graph = rebuilt_graph(g_, out, constants);
     return r;
   }
 
@@ -447,7 +430,7 @@ std::optional<AttentionResult> expand_attention(const Graph& graph, const std::v
     ++r.changed;
   }
   if (r.changed == 0) return std::nullopt;
-  r.graph = rebuilt(graph, out, extra);
+  r.graph = rebuilt_graph(graph, out, extra);
   return r;
 }
 

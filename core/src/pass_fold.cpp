@@ -1,5 +1,6 @@
 // Constant folding (see pass_fold.hpp).
 #include "pass_fold.hpp"
+#include "pass_patterns.hpp"
 #include "pass_simplify.hpp"
 
 #include <map>
@@ -109,21 +110,16 @@ std::optional<FoldResult> fold_constants(Runtime& rt, const Graph& graph, const 
   for (const Node& n : graph.nodes())
     if (!folded.count(n.name)) used.insert(n.inputs.begin(), n.inputs.end());
   FoldResult r;
-  for (const auto& in : graph.inputs()) {
-    if (in.constant) {
-      if (read_by_folded.count(in.name) && !used.count(in.name)) continue;
-      r.graph.constant(in.name, in.constant);
-    } else if (in.dim_names.empty()) {
-      r.graph.input(in.name, in.dtype, in.shape);
-    } else {
-      r.graph.input(in.name, in.dtype, in.shape, in.dim_names);
-    }
-  }
+  std::set<std::string> dropped;  // constants only folded nodes read
+  for (const auto& in : graph.inputs())
+    if (in.constant && read_by_folded.count(in.name) && !used.count(in.name)) dropped.insert(in.name);
+  NamedConstants made;
   for (const auto& name : folded_names)
-    if (used.count(name)) r.graph.constant(name, constants.at(name));
+    if (used.count(name)) made.emplace_back(name, constants.at(name));
+  std::vector<Node> left;
   for (const Node& n : graph.nodes())
-    if (!folded.count(n.name)) r.graph.node(n.name, n.op, n.inputs, n.params, n.device);
-  for (const auto& o : graph.outputs()) r.graph.output(o);
+    if (!folded.count(n.name)) left.push_back(n);
+  r.graph = rebuilt_graph(graph, left, made, dropped);
   r.folded = static_cast<int>(folded.size());
   r.notes.push_back("folded " + std::to_string(r.folded) + " node(s) whose inputs are all constants into constants, " +
                     "computed once by the cpu plugin (exact on every device): " + listed(folded_names));

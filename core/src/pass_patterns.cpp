@@ -372,6 +372,24 @@ std::map<std::string, ValueType> infer_standard_nodes(
   return types;
 }
 
+Graph rebuilt_graph(const Graph& g, const std::vector<Node>& nodes, const NamedConstants& extra,
+                    const std::set<std::string>& drop) {
+  Graph r;
+  for (const auto& in : g.inputs()) {
+    if (in.constant) {
+      if (!drop.count(in.name)) r.constant(in.name, in.constant);
+    } else if (in.dim_names.empty()) {
+      r.input(in.name, in.dtype, in.shape);
+    } else {
+      r.input(in.name, in.dtype, in.shape, in.dim_names);
+    }
+  }
+  for (const auto& [name, value] : extra) r.constant(name, value);
+  for (const Node& n : nodes) r.node(n.name, n.op, n.inputs, n.params, n.device);
+  for (const auto& o : g.outputs()) r.output(o);
+  return r;
+}
+
 PatternResult substitute_patterns(Runtime& rt, const Graph& graph, const std::vector<Device*>& devices,
                                   const std::vector<std::string>& keep) {
   return Substituter(rt, graph, devices, keep).run();

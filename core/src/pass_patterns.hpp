@@ -25,6 +25,8 @@
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,13 @@ struct ValueUses {
   std::map<std::string, int> count;
 };
 ValueUses value_uses(const Graph& g, const std::vector<std::string>& keep);
+
+// The graph with other nodes: its inputs and constants (less those named in
+// `drop`), then `extra` constants, `nodes`, and its outputs. The passes that
+// rewrite a whole graph build their result with it.
+using NamedConstants = std::vector<std::pair<std::string, std::shared_ptr<const HostTensor>>>;
+Graph rebuilt_graph(const Graph& g, const std::vector<Node>& nodes, const NamedConstants& extra = {},
+                    const std::set<std::string>& drop = {});
 
 // The types of the graph's inputs and of every standard node whose inputs
 // are known; on_node sees each node inferred (with its inputs' types).
