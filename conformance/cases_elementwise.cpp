@@ -221,6 +221,103 @@ void where_cases(CaseContext& ctx) {
   }
 }
 
+// fused_elementwise: programs over every opcode, conditions from inputs and
+// comparisons, broadcast inputs, a long program, and sizes past one block
+// and one thread's share. Registers are values of x0's dtype, so the
+// reference (each instruction as its op, rounded) and a device agree to the
+// single ops' tolerance, except the long sum (Compound).
+void fused_cases(CaseContext& ctx) {
+  const KernelSpec& k = ctx.kernel;
+  require(k.declared_inputs() == 1 && k.in(0) == k.out() && is_float(k.out()), k,
+          "fused_elementwise is keyed by (x0, y) of one float dtype");
+  const bp_dtype d = k.out();
+  const Json chain = Json::array({Json::array({"add", 0, 1}), Json::array({"relu", 2}), Json::array({"mul", 3, 1}),
+                                  Json::array({"affine", 4, {{"mul", 0.5}, {"add", -1.0}}})});
+  struct P {
+    Json program;
+    std::vector<std::pair<bp_dtype, Shape>> in;
+    TolClass tol;
+    Fill fill;
+    std::vector<Fill> fills = {};  // per input, where not null
+  };
+  const Fill values = fill_uniform(-4, 4);
+  std::vector<P> progs = {
+      // add, relu, mul, affine; x1 broadcast along rows
+      {chain, {{d, {7, 13}}, {d, {13}}}, TolClass::Elementwise, values},
+      {chain, {{d, {300, 257}}, {d, {300, 1}}}, TolClass::Elementwise, values},
+      {chain, {{d, {}}, {d, {}}}, TolClass::Elementwise, values},
+      {chain, {{d, {0, 3}}, {d, {1, 3}}}, TolClass::Elementwise, values},
+      // GELU's erf form as ONNX exports it: x/√2, erf, +1, ·x, ·0.5 (the
+      // constants are inputs, as the optimizer leaves them)
+      {Json::array({Json::array({"div", 0, 1}), Json::array({"erf", 4}), Json::array({"add", 5, 2}),
+                    Json::array({"mul", 0, 6}), Json::array({"mul", 7, 3})}),
+       {{d, {5, 1031}}, {d, {}}, {d, {1}}, {d, {}}},
+       TolClass::Elementwise,
+       fill_uniform(-6, 6),
+       {nullptr, fill_discrete({std::sqrt(2.0)}), fill_discrete({1.0}), fill_discrete({0.5})}},
+      // a condition input, a comparison's condition, where, clamp with one bound
+      {Json::array({Json::array({"lt", 0, 2}), Json::array({"where", 1, 0, 2}), Json::array({"where", 3, 4, 0}),
+                    Json::array({"clamp", 5, {{"min", -1.5}}}), Json::array({"maximum", 6, 2})}),
+       {{d, {5, 4, 3}}, {BP_DTYPE_BOOL, {4, 1}}, {d, {3}}},
+       TolClass::Exact,
+       values},
+  };
+  // Every unary op on x0, summed: each opcode once.
+  {
+    Json prog = Json::array();
+    const std::vector<std::pair<const char*, Json>> unary = {
+        {"neg", {}},      {"abs", {}},      {"sign", {}},    {"sqr", {}},     {"sqrt", {}},
+        {"rsqrt", {}},    {"recip", {}},    {"exp", {}},     {"log", {}},     {"sin", {}},
+        {"cos", {}},      {"tanh", {}},     {"erf", {}},     {"floor", {}},   {"ceil", {}},
+        {"round", {}},    {"relu", {}},     {"sigmoid", {}}, {"silu", {}},    {"softplus", {}},
+        {"gelu", {}},     {"gelu", {{"approximate", "tanh"}}}, {"clamp", {{"min", 0.5}, {"max", 1.5}}},
+        {"affine", {{"mul", -2.0}, {"add", 0.25}}}};
+    for (const auto& [op, params] : unary) {
+      Json one = Json::array({op, 0});
+      if (!params.is_null()) one.push_back(params);
+      prog.push_back(one);
+    }
+    // r2 .. r25: the unary results; then their sum, and the binary ops
+    // against x1 on the running sum.
+    int acc = 2;
+    for (int r = 3; r < 2 + static_cast<int>(unary.size()); ++r) {
+      prog.push_back(Json::array({"add", acc, r}));
+      acc = 2 + static_cast<int>(prog.size()) - 1;
+    }
+    for (const char* op : {"sub", "mul", "div", "maximum", "minimum", "pow"}) {
+      prog.push_back(Json::array({op, acc, 1}));
+      acc = 2 + static_cast<int>(prog.size()) - 1;
+    }
+    progs.push_back({prog, {{d, {3, 331}}, {d, {331}}}, TolClass::Compound, fill_uniform(0.25, 2.0)});
+  }
+  // Every comparison, each selecting between x0 and x1.
+  {
+    Json prog = Json::array();
+    int acc = 0;
+    for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+      prog.push_back(Json::array({op, acc, 1}));
+      const int c = 2 + static_cast<int>(prog.size()) - 1;
+      prog.push_back(Json::array({"where", c, 1, acc}));
+      acc = 2 + static_cast<int>(prog.size()) - 1;
+      prog.push_back(Json::array({"add", acc, 0}));
+      acc = 2 + static_cast<int>(prog.size()) - 1;
+    }
+    progs.push_back({prog, {{d, {9, 65}}, {d, {9, 65}}}, TolClass::Exact, fill_discrete({-1.0, 0.0, 1.0, 2.0})});
+  }
+  for (const auto& p : progs) {
+    OpSpec s;
+    s.op = "fused_elementwise";
+    s.params = {{"program", p.program}};
+    s.tol = p.tol;
+    for (size_t i = 0; i < p.in.size(); ++i)
+      s.inputs.push_back({"x" + std::to_string(i), p.in[i].first, p.in[i].second,
+                          p.in[i].first == BP_DTYPE_BOOL          ? fill_bools()
+                          : i < p.fills.size() && p.fills[i] ? p.fills[i]
+                                                              : p.fill});
+    ctx.add(s);
+  }
+}
+
 // Values a cast from `from` to `to` can take without the error docs/ops.md
 // defines (float -> int of NaN, infinity or out of range).
 Fill cast_fill(bp_dtype from, bp_dtype to) {
@@ -279,6 +376,7 @@ void register_elementwise_cases() {
   for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"})
     register_op_cases(op, [op = std::string(op)](CaseContext& ctx) { compare_cases(ctx, op); });
   register_op_cases("where", where_cases);
+  register_op_cases("fused_elementwise", fused_cases);
   register_op_cases("cast", cast_cases);
 }
 

@@ -210,6 +210,7 @@ std::vector<RefTensor> reference(const std::string& op, const std::vector<const 
   if (in_list(op, {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge"}))
     return ref_binary(op, need(op, in, 0), need(op, in, 1));
   if (op == "where") return ref_where(need(op, in, 0), need(op, in, 1), need(op, in, 2));
+  if (op == "fused_elementwise") return ref_fused(in, p);
   if (op == "cast") return ref_cast(need(op, in, 0), p);
   if (in_list(op, {"sum", "mean", "prod", "max", "min"})) return ref_reduce(op, need(op, in, 0), p);
   if (op == "argmax" || op == "argmin") return ref_argreduce(op, need(op, in, 0), p);
@@ -236,7 +237,7 @@ const std::vector<std::string>& reference_ops() {
   static const std::vector<std::string> ops = {
       "neg", "abs", "sign", "sqr", "sqrt", "rsqrt", "recip", "exp", "log", "sin", "cos", "tanh", "erf", "floor",
       "ceil", "round", "relu", "sigmoid", "silu", "softplus", "gelu", "clamp", "affine", "add", "sub", "mul", "div",
-      "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge", "where", "cast", "reshape", "permute",
+      "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge", "where", "fused_elementwise", "cast", "reshape", "permute",
       "transpose", "broadcast_to", "slice", "squeeze", "unsqueeze", "contiguous", "sum", "mean", "prod", "max", "min",
       "argmax", "argmin", "softmax", "log_softmax", "cumsum", "layer_norm", "matmul", "scaled_dot_product_attention", "conv2d", "max_pool2d", "avg_pool2d", "gather",
       "index_select", "concat", "slice_update", "topk", "var_mean", "selective_scan"};

@@ -176,6 +176,37 @@ std::vector<RefTensor> ref_where(const HostTensor& c, const HostTensor& a, const
   return {out};
 }
 
+std::vector<RefTensor> ref_fused(const std::vector<const HostTensor*>& in, const Json& p) {
+  // Registers: the inputs, then one per instruction, each as the named op's
+  // reference gives it (rounded to its dtype, as docs/ops.md defines).
+  std::vector<HostTensor> regs;
+  std::vector<Shape> shapes;
+  for (const HostTensor* t : in) {
+    if (!t) bad("fused_elementwise", "an input is missing");
+    regs.push_back(*t);
+    shapes.push_back(t->shape);
+  }
+  const Json& prog = p.at("program");
+  if (!prog.is_array() || prog.empty()) bad("fused_elementwise", "an empty program");
+  for (const Json& ins : prog) {
+    const std::string op = ins.at(0).get<std::string>();
+    std::vector<const HostTensor*> args;
+    Json params = Json::object();
+    for (size_t k = 1; k < ins.size(); ++k) {
+      if (ins[k].is_object()) {
+        params = ins[k];
+        continue;
+      }
+      const auto r = ins[k].get<size_t>();
+      if (r >= regs.size()) bad("fused_elementwise", "a register not defined yet");
+      args.push_back(&regs[r]);
+    }
+    regs.push_back(reference(op, args, params).at(0).to_host());
+  }
+  const Shape out = broadcast_shapes("fused_elementwise", shapes);
+  return {RefTensor::from_host(reference_view("broadcast_to", regs.back(), {{"shape", out}}))};
+}
+
 std::vector<RefTensor> ref_cast(const HostTensor& x, const Json& p) {
   const auto to = dtype_from_name(p.at("dtype").get<std::string>());
   if (!to) bad("cast", "unknown dtype");

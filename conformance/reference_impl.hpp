@@ -163,6 +163,9 @@ HostTensor view_reference(const std::string& op, const HostTensor& x, const Json
 std::vector<RefTensor> ref_unary(const std::string& op, const HostTensor& x, const Json& p);
 std::vector<RefTensor> ref_binary(const std::string& op, const HostTensor& a, const HostTensor& b);
 std::vector<RefTensor> ref_where(const HostTensor& c, const HostTensor& a, const HostTensor& b);
+// fused_elementwise: its program run as the ops it names, each result a
+// value of x0's dtype (or bool), then broadcast to every input's shape.
+std::vector<RefTensor> ref_fused(const std::vector<const HostTensor*>& in, const Json& p);
 std::vector<RefTensor> ref_cast(const HostTensor& x, const Json& p);
 
 // Reductions, norms, scans (reference_reduce.cpp)

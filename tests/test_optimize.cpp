@@ -918,3 +918,142 @@ TEST_CASE("scaled_dot_product_attention: causal over a longer key set, on each k
                              .at("y");
   CHECK(attention_mismatches(got, want, mag) == 0);
 }
+
+// Elementwise chains as one fused_elementwise node (core/src/pass_fuse.cpp),
+// run by the CPU's fused kernel (plugins/cpu/fused.cpp). Would catch: an
+// intermediate that a graph output or another node reads folded away, a
+// group that recomputes a smaller value per output element, registers
+// wired to the wrong input, a condition read as a value, a value that differs
+// by a bit from the unfused kernels, and the path not taken at all.
+TEST_CASE("optimizer: elementwise chains run as one fused_elementwise node, bit for bit", "[optimize][fuse]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {33, 1030});
+  g.input("b", BP_DTYPE_F32, {1030});
+  g.input("m", BP_DTYPE_BOOL, {33, 1});
+  g.node("t", "add", {"x", "b"});
+  g.node("r", "relu", {"t"});
+  g.node("e", "exp", {"b"});  // [1030]: smaller than the chain, stays its own node
+  g.node("s", "mul", {"r", "e"});
+  g.node("c", "gt", {"s", "x"});
+  g.node("w", "where", {"c", "s", "x"});
+  g.node("w2", "where", {"m", "w", "b"});
+  g.node("a", "affine", {"w2"}, {{"mul", 0.5}, {"add", -0.25}});
+  g.node("z", "sigmoid", {"t"});  // t's second reader: t joins once both are in the group
+  g.node("y", "sub", {"a", "z"});
+  g.node("y2", "tanh", {"y"});
+  g.output("y");   // read by y2 and an output: a group ends at y
+  g.output("y2");
+  auto [p, base] = optimized_and_plain(*rt, g, cpu);
+  const std::string e = p.explain();
+  INFO(e);
+  CHECK_THAT(e, Contains("fuse: 9 elementwise nodes ('t', 'r', 's', 'c' and 5 more) run as one fused_elementwise node 'y' "
+                             "(4 inputs: r4 = add(r0, r1); r5 = relu(r4)"));
+  CHECK_FALSE(explains(p, "  e (fused_elementwise)"));
+  CHECK(explains(p, "  e (exp)"));
+  CHECK(explains(p, "  y (fused_elementwise)"));
+  CHECK(explains(p, "  y2 (tanh)"));  // a group of one is left as it is
+  CHECK_FALSE(explains(base, "fused_elementwise"));
+  HostTensor x = random_tensor({33, 1030}, 21, -2, 2), b = random_tensor({1030}, 22, -2, 2);
+  HostTensor m(BP_DTYPE_BOOL, {33, 1});
+  for (int64_t i = 0; i < 33; ++i) m.set(i, i % 3 != 0);
+  x.set(5, std::numeric_limits<float>::quiet_NaN());
+  const auto got = p.run({{"x", x}, {"b", b}, {"m", m}}), want = base.run({{"x", x}, {"b", b}, {"m", m}});
+  for (const char* name : {"y", "y2"}) {
+    INFO(name);
+    REQUIRE(got.at(name).nbytes() == want.at(name).nbytes());
+    CHECK(std::memcmp(got.at(name).data(), want.at(name).data(), got.at(name).nbytes()) == 0);
+  }
+  // An f64 spot check of the fused value (the unfused chain could share a bug).
+  for (int64_t i : {0L, 1029L, 3L * 1030 + 7, 32L * 1030 + 1029}) {
+    const int64_t row = i / 1030, col = i % 1030;
+    const double xv = x.get(i), bv = b.get(col), t = xv + bv;
+    const double s = static_cast<double>(static_cast<float>(std::max(t, 0.0)) * static_cast<float>(std::exp(bv)));
+    const double w = s > xv ? s : xv;
+    const double w2 = row % 3 != 0 ? w : bv;
+    const double want_y = (0.5 * static_cast<float>(w2) - 0.25) - 1.0 / (1.0 + std::exp(-t));
+    CHECK(got.at("y").get(i) == Approx(want_y).epsilon(1e-5).margin(1e-6));
+  }
+  SECTION("a kept value, a graph output and a pinned node stop a group") {
+    CompileOptions co;
+    co.keep = {"r"};
+    CHECK_THAT(rt->compile(g, cpu, co).explain(), Contains("fuse: 7 elementwise nodes ('s', 'c', 'w', 'w2' and 3 more)"));
+    Graph h = g;
+    h.node("q", "neg", {"y2"});
+    h.node("q2", "abs", {"q"}, Json::object(), "cpu");
+    h.output("q2");
+    CHECK_FALSE(explains(rt->compile(h, cpu), "'q', 'q2'"));
+  }
+}
+
+// A program the host cannot run is refused by name before any device sees
+// it. Would catch: a register read before it is written, a condition used as
+// a value (or the reverse), a bad op or param taken silently.
+TEST_CASE("fused_elementwise: malformed programs are refused with the instruction named", "[optimize][fuse]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  auto refused = [&](Json program, std::vector<bp_dtype> in, const std::string& why) {
+    Graph g;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < in.size(); ++i) {
+      names.push_back("x" + std::to_string(i));
+      g.input(names.back(), in[i], {4});
+    }
+    g.node("y", "fused_elementwise", names, {{"program", std::move(program)}});
+    g.output("y");
+    INFO(why);
+    CHECK_THROWS_WITH(rt->compile(g, cpu), Contains(why));
+  };
+  const auto f = BP_DTYPE_F32, b = BP_DTYPE_BOOL;
+  refused(Json::array({Json::array({"add", 0, 2})}), {f, f}, "operand 1 = 2 is not a register defined before it");
+  refused(Json::array({Json::array({"where", 0, 0, 1})}), {f, b}, "register 0 is a value; operand 0 must be a condition");
+  refused(Json::array({Json::array({"exp", 1})}), {f, b}, "register 1 is a condition (bool)");
+  refused(Json::array({Json::array({"lt", 0, 1})}), {f, f}, "the program's last instruction gives a condition");
+  refused(Json::array({Json::array({"matmul", 0, 1})}), {f, f}, "'matmul' is not an elementwise op a program takes");
+  refused(Json::array({Json::array({"clamp", 0, {{"low", 1}}})}), {f}, "unknown param 'low'");
+  refused(Json::array(), {f}, "param 'program' must be a non-empty list");
+  refused(Json::array({Json::array({"neg", 0})}), {b, f}, "input 0 (x0) must have the compute dtype");
+  refused(Json::array({Json::array({"neg", 0})}), {f, BP_DTYPE_F16}, "fused_elementwise takes f32 (x0's) or bool");
+  refused(Json::array({Json::array({"neg", 0})}), {f, BP_DTYPE_I32}, "input 1 (x1) has dtype i32; this op takes");
+  Json long_program = Json::array();
+  for (int i = 0; i < 65; ++i) long_program.push_back(Json::array({"neg", i}));
+  refused(long_program, {f}, "the limit is 64");
+}
+
+// A graph may name fused_elementwise itself: where no device of the list has
+// its kernel (the CPU's is f32 only; Vulkan has none), the host runs its
+// instructions as standard nodes. Would catch: a register wired to the wrong
+// value, a program's params dropped, the output left at the last register's
+// smaller shape instead of the inputs' broadcast.
+TEST_CASE("fused_elementwise: without a kernel for its dtype it runs as its instructions", "[optimize][fuse]") {
+  auto rt = cpu_runtime();
+  std::vector<std::string> lists = {"cpu"};
+  for (Device* d : rt->all_devices())
+    if (d->name() == "vulkan0") lists.push_back("vulkan0");
+  const Json program = Json::array({Json::array({"exp", 0}), Json::array({"clamp", 2, {{"max", 2.0}}}),
+                                    Json::array({"mul", 3, 0})});
+  for (bp_dtype d : {BP_DTYPE_F64, BP_DTYPE_F32}) {
+    Graph g;
+    g.input("x", d, {3});
+    g.input("b", d, {2, 3});  // read by no instruction: y still has its shape
+    g.node("y", "fused_elementwise", {"x", "b"}, {{"program", program}});
+    g.output("y");
+    HostTensor x(d, {3}), b(d, {2, 3});
+    x.set(0, -1.0);
+    x.set(1, 0.5);
+    x.set(2, 1.5);
+    for (const auto& list : lists) {
+      INFO(list << " " << dtype_name(d));
+      Plan p = rt->compile(g, rt->select_devices(list));
+      const bool kernel = d == BP_DTYPE_F32 && list == "cpu";
+      CHECK(explains(p, "runs its 3 instructions as standard nodes") == !kernel);
+      const HostTensor y = p.run({{"x", x}, {"b", b}}).at("y");
+      REQUIRE(y.shape == Shape{2, 3});
+      for (int64_t i = 0; i < 6; ++i) {
+        const double xv = x.get(i % 3);
+        CHECK(y.get(i) == Approx(std::min(std::exp(xv), 2.0) * xv).epsilon(1e-6));
+      }
+    }
+  }
+}

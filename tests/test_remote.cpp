@@ -180,9 +180,12 @@ TEST_CASE("remote: a served CPU device runs a graph, alone and beside a local de
   Plan plan = rt->compile(small_graph(), remote);
   for (int run = 0; run < 3; ++run) check_small(plan.run(small_inputs()));  // runs 2 and 3 replay the batch
 
-  // The softmax pinned to the local CPU: one graph across both.
+  // The softmax pinned to the local CPU, the add to the served one: one
+  // graph across both (pins also keep the optimizer from fusing s and y
+  // into one node that placement would then move beside the softmax).
   Graph g = small_graph();
   g.pin("p", "cpu");
+  g.pin("s", "cpu@" + server.address());
   Plan split = rt->compile(g, rt->select_devices("cpu@" + server.address() + ",cpu"));
   check_small(split.run(small_inputs()));
   bool crossed = false;

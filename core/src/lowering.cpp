@@ -442,6 +442,7 @@ class Lowerer {
     n.heavy = node.op == "matmul" || node.op == "conv2d" || node.op == "selective_scan";
     n.pinned = !node.device.empty();
     n.params = r.params;
+    n.program = r.program;
     // Dispatch key: input dtypes (absent optional inputs take the output's), then output.
     for (size_t i = 0; i < in_ids.size(); ++i)
       n.key.push_back(in_ids[i] < 0 ? r.out.dtype : l_.values[in_ids[i]].dtype);
@@ -486,7 +487,7 @@ class Lowerer {
       n.out_layout = Layout::contiguous(os);
     }
     n.inputs = in_ids;
-    find_candidates(n, choices(node, where), r.out.slots.size(), node.op == "concat", node.device);
+    find_candidates(n, choices(node, where), r.out.slots.size(), node.op == "concat" || node.op == "fused_elementwise", node.device);
     std::vector<ValueType> types;
     if (r.out.is_bundle()) {
       for (const auto& [dt, shape] : r.out.slots) types.push_back({dt, shape, {}});

@@ -67,6 +67,7 @@ struct LNode {
   int output = -1;
   bp_op_params params{};
   std::string custom_json;
+  std::shared_ptr<const std::vector<bp_fused_instr>> program;  // fused_elementwise: params point into it
   std::vector<bp_dtype> key;
   bool heavy = false;  // never moved off its first choice to save transfers
   bool pinned = false;

@@ -6,6 +6,7 @@
 #include <backplane/backplane.hpp>
 
 #include <functional>
+#include <memory>
 
 namespace backplane::detail {
 
@@ -37,6 +38,9 @@ struct InferredNode {
   // return nullopt for a Reshape that needs a copy).
   std::function<std::optional<Layout>(const Layout&)> view;
   int64_t slot = -1;  // Slot/SlotCopy
+  // fused_elementwise: the program params.u.fused points into (shared, so
+  // copies of the params stay valid while any holder lives).
+  std::shared_ptr<const std::vector<bp_fused_instr>> program;
 };
 
 // Infers one node. Inputs' ValueTypes are nullptr for absent optional inputs.

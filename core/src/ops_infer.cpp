@@ -1,6 +1,7 @@
 // Shape and dtype inference of the standard ops, per op family: each
 // function gets its node's checked arguments (Args) and fills the result.
 #include "ops_spec.hpp"
+#include "fused_program.hpp"
 
 #include <cstring>
 
@@ -138,6 +139,31 @@ void broadcast_all(const Args& a, InferredNode& r) {
   std::vector<const Shape*> shapes;
   for (size_t i = 0; i < a.n_inputs(); ++i) shapes.push_back(&a.x(i).shape);
   r.out.shape = broadcast_shapes(a, shapes);
+}
+
+static_assert(sizeof(bp_fused_params) <= sizeof(bp_conv2d_params), "bp_op_params must not grow");
+
+// fused_elementwise: x0 carries the compute dtype (float, the output's);
+// every other input has it or is a condition (bool). At most 16 inputs, all
+// broadcast to the output's shape. The program is read and checked here.
+void fused_elementwise(const Args& a, InferredNode& r) {
+  const bp_dtype compute = a.x(0).dtype;
+  if (compute == BP_DTYPE_BOOL) a.fail(a.label(0) + " must have the compute dtype (a float), not bool");
+  if (a.n_inputs() > 16) a.fail("takes at most 16 inputs, got " + std::to_string(a.n_inputs()));
+  std::vector<bool> cond;
+  for (size_t i = 0; i < a.n_inputs(); ++i) {
+    const bp_dtype d = a.x(i).dtype;
+    if (d != compute && d != BP_DTYPE_BOOL)
+      a.fail(a.label(i) + " has dtype " + std::string(dtype_name(d)) + "; fused_elementwise takes " +
+             std::string(dtype_name(compute)) + " (x0's) or bool");
+    cond.push_back(d == BP_DTYPE_BOOL);
+  }
+  auto prog = std::make_shared<Program>(
+      parse_program(a.node().params.value("program", Json()), cond, [&](const std::string& m) { a.fail(m); }));
+  r.params.u.fused.code = prog->data();
+  r.params.u.fused.n_code = static_cast<uint32_t>(prog->size());
+  r.program = std::move(prog);
+  broadcast_all(a, r);
 }
 
 // ---- layout ops

@@ -33,7 +33,7 @@ std::string range_text(const detail::ParamSpec& s) {
 std::string dtypes_text(const detail::OpSpec& op, const detail::InputSpec& s) {
   if (s.bundle) return "a bundle";
   if (s.like >= 0) return "like " + op.inputs[static_cast<size_t>(s.like)].name;
-  return detail::set_name(s.dtypes) + (s.variadic ? " (one dtype)" : "");
+  return detail::set_name(s.dtypes) + (s.variadic && !s.each_own ? " (one dtype)" : "");
 }
 
 std::string output_dtype_text(const detail::OpSpec& op, const detail::OutputSpec& o) {

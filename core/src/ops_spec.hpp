@@ -90,6 +90,7 @@ enum class Kind {
   Dims,     // a list of dims of input 0, normalised, no repeats, in the order given
   Pair,     // an int or [h, w]
   Padding,  // an int, [h, w] or [top, left, bottom, right]
+  Program,  // fused_elementwise's instruction list, read by its inference
 };
 
 inline const char* kind_name(Kind k) {
@@ -114,6 +115,8 @@ inline const char* kind_name(Kind k) {
       return "int or [h, w]";
     case Kind::Padding:
       return "int, [h, w] or [top, left, bottom, right]";
+    case Kind::Program:
+      return "program: [[op, register, ...], ...]";
   }
   return "?";
 }
@@ -185,6 +188,7 @@ struct InputSpec {
   int like = -1;          // >= 0: same dtype as that input (dtypes then unused)
   bool optional = false;  // may be null or left out (trailing)
   bool variadic = false;  // repeats one or more times (concat)
+  bool each_own = false;  // variadic: each repeat is checked against `dtypes` on its own
   bool bundle = false;    // must be a multi-output bundle (view, view_owned)
   int rank = -1;          // exact rank, or -1
   int min_rank = 0;
@@ -200,6 +204,11 @@ struct InputSpec {
   }
   InputSpec repeats() && {
     variadic = true;
+    return std::move(*this);
+  }
+  InputSpec repeats_mixed() && {
+    variadic = true;
+    each_own = true;
     return std::move(*this);
   }
   InputSpec of_rank(int r, std::string s) && {
@@ -381,7 +390,7 @@ class Args {
       if (!v || s.bundle) continue;
       // The dtype: a set, or like an earlier input (variadic repeats: like the first).
       int ref = s.like;
-      if (s.variadic && i > op_.inputs.size() - 1) ref = static_cast<int>(op_.inputs.size() - 1);
+      if (s.variadic && !s.each_own && i > op_.inputs.size() - 1) ref = static_cast<int>(op_.inputs.size() - 1);
       if (ref >= 0 && opt(static_cast<size_t>(ref))) {
         const ValueType& r = *in_[static_cast<size_t>(ref)];
         if (v->dtype != r.dtype)
@@ -497,6 +506,8 @@ class Args {
       case Kind::Dim:
         out.i = dim(s, integer(s, v, "an integer (a dim)"));
         break;
+      case Kind::Program:  // checked by the op's inference (fused_program.cpp)
+        break;
       case Kind::Dims: {
         const auto raw = integers(s, v, "a list of integers (dims)");
         if (raw.empty() && !s.if_empty.empty()) fail(s.if_empty);
@@ -550,6 +561,7 @@ void clamp(const Args& a, InferredNode& r);
 void affine(const Args& a, InferredNode& r);
 void cast(const Args& a, InferredNode& r);
 void broadcast_all(const Args& a, InferredNode& r);
+void fused_elementwise(const Args& a, InferredNode& r);
 void view_common(const Args& a, InferredNode& r, std::function<Layout(const Layout&)> f);
 void permute(const Args& a, InferredNode& r);
 void transpose(const Args& a, InferredNode& r);

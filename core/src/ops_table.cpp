@@ -113,6 +113,14 @@ std::vector<OpSpec> build_table() {
                 out("y", OutDtype::Bool, ab));
   elementwise("where", "cond ? a : b", {input("cond", kBool), input("a", kAll), like("b", 1)}, {},
               BP_PARAMS_NONE, broadcast_all, out("y", OutDtype::Like, "broadcast of cond, a and b", 1));
+  elementwise("fused_elementwise",
+              "a chain of the elementwise ops above as one kernel, each instruction as its op on one element "
+              "of x0's dtype (see below)",
+              {input("x", kFloat | kBool).repeats_mixed().shaped("x0 float; the others x0's dtype or bool")},
+              {param("program", Kind::Program)
+                   .says("registers 0..n-1 are the inputs, instruction k writes n+k, y is the last; at most "
+                         "64 instructions")},
+              BP_PARAMS_FUSED, fused_elementwise, out("y", OutDtype::Like, "broadcast of the inputs"));
 
   // ---- layout ops: views of their input's bytes (no kernel)
   general("reshape", kLayout, "a view when the strides allow one, else a dense copy; 0 is a real size",

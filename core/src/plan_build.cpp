@@ -9,6 +9,7 @@
 // bp_storage/bp_layout a kernel will see is built, so execute() only locks,
 // calls kernels, moves transfers and synchronizes.
 #include "pass_fold.hpp"
+#include "pass_fuse.hpp"
 #include "pass_layout.hpp"
 #include "pass_patterns.hpp"
 #include "pass_attention.hpp"
@@ -245,6 +246,7 @@ class Builder {
     st.out_layout = n.out_layout;
     st.params = n.params;
     st.custom_json = n.custom_json;
+    st.program = n.program;
     st.node = n.node;
     st.op = n.copy ? "contiguous" : n.op;
     for (int id : ids)
@@ -586,7 +588,9 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
     // Built-in fused ops no device of the list runs become their composed
     // form, optimized or not.
     const std::optional<detail::AttentionResult> expanded = detail::expand_attention(graph, devices);
-    const Graph& g0 = expanded ? expanded->graph : graph;
+    const Graph& ga = expanded ? expanded->graph : graph;
+    const std::optional<detail::FuseExpansion> programs = detail::expand_fused(ga, devices);
+    const Graph& g0 = programs ? programs->graph : ga;
     std::optional<detail::FoldResult> folded;
     if (options.optimize) folded = detail::fold_constants(*this, g0, devices, options.keep);
     const Graph& g1 = folded ? folded->graph : g0;
@@ -612,12 +616,21 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
                                      : layouts.rewritten  ? &layouts.nodes
                                      : patterns.substituted ? &patterns.nodes
                                                             : nullptr;
+    // Last, elementwise chains as fused_elementwise nodes where the first
+    // device claims the op.
+    detail::FuseResult chains;
+    if (options.optimize) {
+      chains = detail::fuse_elementwise(g, nodes ? *nodes : g.nodes(), devices, options.keep);
+      if (chains.fused) nodes = &chains.nodes;
+    }
     Lowered l = detail::lower(*this, g, devices, options.keep, nodes, options.vendor_kernels);
+    l.notes.insert(l.notes.begin(), chains.notes.begin(), chains.notes.end());
     l.notes.insert(l.notes.begin(), simplified.notes.begin(), simplified.notes.end());
     l.notes.insert(l.notes.begin(), layouts.notes.begin(), layouts.notes.end());
     l.notes.insert(l.notes.begin(), patterns.notes.begin(), patterns.notes.end());
     if (fused) l.notes.insert(l.notes.begin(), fused->notes.begin(), fused->notes.end());
     if (folded) l.notes.insert(l.notes.begin(), folded->notes.begin(), folded->notes.end());
+    if (programs) l.notes.insert(l.notes.begin(), programs->notes.begin(), programs->notes.end());
     if (expanded) l.notes.insert(l.notes.begin(), expanded->notes.begin(), expanded->notes.end());
     detail::place(l);
     const auto t1 = std::chrono::steady_clock::now();
@@ -627,6 +640,8 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
     p.poison = options.poison_outputs;
     p.profile = options.profile;
     Builder(p, l, impl_->options.max_memory_bytes, dyn).build();
+    for (const auto& in : graph.inputs()) p.graph_names.insert(in.name);
+    for (const auto& n : graph.nodes()) p.graph_names.insert(n.name);
     p.step_seconds.assign(p.steps.size(), 0.0);
     p.step_device_seconds.assign(p.steps.size(), -1.0);
     p.stats.placement_seconds = std::chrono::duration<double>(t1 - t0).count();

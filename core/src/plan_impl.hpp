@@ -13,6 +13,7 @@
 #include <thread>
 #include <future>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include "lowering.hpp"
 #include "runtime_impl.hpp"
@@ -114,6 +115,7 @@ struct Step {
   Layout out_layout;
   bp_op_params params{};
   std::string custom_json;
+  std::shared_ptr<const std::vector<bp_fused_instr>> program;  // fused_elementwise: params point into it
   std::vector<bp_storage> in_st;
   std::vector<uint32_t> in_flags;  // BP_INPUT_* per input (kernel context)
   bp_storage out_st{};
@@ -147,6 +149,9 @@ struct Plan::Impl {
   bool poison = false;
   std::vector<Value> values;
   std::map<std::string, int> by_name;
+  // Every value name of the graph as given: a name the optimizer merged,
+  // fused or removed is still known, for output()'s message.
+  std::set<std::string> graph_names;
   std::vector<VBuf> vbufs;
   std::vector<std::shared_ptr<Cell>> cells;
   std::vector<Step> steps;

@@ -518,7 +518,10 @@ HostTensor Plan::output(const std::string& name) const {
 const Value& Plan::Impl::readable(const std::string& name) const {
   if (std::find(outputs.begin(), outputs.end(), name) == outputs.end() &&
       std::find(kept.begin(), kept.end(), name) == kept.end()) {
-    if (!by_name.count(name)) throw Error("plan has no value named '" + name + "'");
+    if (!by_name.count(name) && !graph_names.count(name)) throw Error("plan has no value named '" + name + "'");
+    if (!by_name.count(name))
+      throw Error("'" + name + "' is not a graph output, and the optimizer merged it into another node (" +
+                  "--explain says which); name it in CompileOptions::keep (or make it an output) to read it");
     throw Error("'" + name +
                 "' is not a graph output: its buffer may hold another value by now; name it in " +
                 "CompileOptions::keep (or make it an output) to read it");

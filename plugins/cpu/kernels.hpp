@@ -37,6 +37,7 @@ void register_index(sdk::KernelTable& t);
 void register_scan(sdk::KernelTable& t);
 void register_quant(sdk::KernelTable& t);
 void register_attention(sdk::KernelTable& t);  // scaled_dot_product_attention (attention.cpp)
+void register_fused(sdk::KernelTable& t);      // fused_elementwise (fused.cpp)
 // Rows registered in the middle of register_reduce's, so the table keeps its
 // order (the manifest lists it): softmax and log_softmax, then cumsum, then
 // layer_norm.

@@ -103,6 +103,7 @@ const sdk::KernelTable& table() {
     register_scan(k);
     register_quant(k);
     register_attention(k);
+    register_fused(k);
     return k;
   }();
   return t;

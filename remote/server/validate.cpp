@@ -2,6 +2,7 @@
 
 #include "input_files.hpp"  // bounded JSON parsing (core/src)
 #include "ops.hpp"  // the core's shape inference (core/src)
+#include "fused_program.hpp"  // fused_elementwise's program (core/src)
 
 #include <backplane/sdk/dtype.hpp>
 #include <backplane/sdk/plugin.hpp>
@@ -60,6 +61,7 @@ CheckedCall& CheckedCall::operator=(const CheckedCall& o) {
   params = o.params;
   json = o.json;
   if (params.kind == BP_PARAMS_CUSTOM) params.u.custom.json = bp_string{json.data(), json.size()};
+  if (params.kind == BP_PARAMS_FUSED) params.u.fused.code = reinterpret_cast<const bp_fused_instr*>(json.data());
   for (size_t i = 0; i < outputs.size(); ++i)
     outputs[i].slots = output_slots[i].empty() ? nullptr : output_slots[i].data();
   return *this;
@@ -136,6 +138,9 @@ Json params_json(const std::string& op, const bp_op_params& p, bp_dtype x, int64
       j["scale"] = u.attention.scale;
       j["causal"] = u.attention.causal;
       break;
+    case BP_PARAMS_FUSED:
+      j["program"] = detail::program_json(u.fused.code, u.fused.n_code);
+      break;
   }
   return j;
 }
@@ -184,7 +189,9 @@ std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& ou
     }
     bp_dtype dt{};
     if (auto e = decode_dtype(s.dtype(), dt); !e.empty()) return what + ": " + e;
-    if (dt != key)
+    // fused_elementwise's inputs after x0 may also be conditions.
+    const bool condition = k.op == "fused_elementwise" && i > 0 && dt == BP_DTYPE_BOOL;
+    if (dt != key && !condition)
       return what + " is " + std::string(dtype_name(dt)) + "; the kernel takes " + std::string(dtype_name(key));
     if (auto e = check_range(s, ctx, what); !e.empty()) return e;
     const bp_layout& l = out.layouts[i];
@@ -338,9 +345,11 @@ uint64_t max_entries(const pb::FieldDescriptor* f) {
       {"backplane.remote.Storage.slots", 1024},
       {"backplane.remote.Layout.shape", 64},
       {"backplane.remote.Layout.strides", 64},
-      {"backplane.remote.Params.ints", 64},
-      {"backplane.remote.Params.floats", 64},
-      {"backplane.remote.Params.flags", 64},
+      // fused_elementwise's program: 4 integers, 2 numbers, 2 flags per
+      // instruction, at most BP_FUSED_MAX_CODE instructions.
+      {"backplane.remote.Params.ints", 4 * BP_FUSED_MAX_CODE},
+      {"backplane.remote.Params.floats", 2 * BP_FUSED_MAX_CODE},
+      {"backplane.remote.Params.flags", 2 * BP_FUSED_MAX_CODE},
   };
   const auto it = limits.find(f->full_name());
   return it == limits.end() ? 4096 : it->second;

@@ -31,11 +31,41 @@ Shape shape_of(bp_params_kind k) {
     case BP_PARAMS_CUSTOM: return {0, 0, 0};
     case BP_PARAMS_POOL2D: return {10, 0, 2};
     case BP_PARAMS_ATTENTION: return {0, 1, 1};
+    case BP_PARAMS_FUSED: return {-1, -1, -1};  // 4, 2 and 2 per instruction
   }
   return {0, 0, 0};
 }
 
 bool fits_i32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
+
+// fused_elementwise's program, into `store` (whose heap buffer, 16-aligned,
+// holds the instructions: a program is at least 32 bytes, past any short
+// string). Only the form is checked here; the server's re-inference checks
+// the program against the call's inputs.
+std::string decode_fused(const Params& in, bp_op_params& out, std::string& store) {
+  const int n = in.floats_size() / 2;
+  if (n < 1 || n > BP_FUSED_MAX_CODE || in.floats_size() != 2 * n || in.ints_size() != 4 * n ||
+      in.flags_size() != 2 * n || !in.json().empty())
+    return "fused_elementwise params carry the wrong number of fields";
+  store.assign(static_cast<size_t>(n) * sizeof(bp_fused_instr), '\0');
+  if (reinterpret_cast<uintptr_t>(store.data()) % alignof(bp_fused_instr) != 0)
+    return "internal: the program's storage is not aligned";
+  auto* code = reinterpret_cast<bp_fused_instr*>(store.data());
+  for (int k = 0; k < n; ++k) {
+    for (int a = 0; a < 4; ++a)
+      if (in.ints(4 * k + a) < 0 || in.ints(4 * k + a) > UINT16_MAX) return "a program field out of range";
+    code[k].op = static_cast<uint16_t>(in.ints(4 * k));
+    for (int a = 0; a < 3; ++a) code[k].args[a] = static_cast<uint16_t>(in.ints(4 * k + 1 + a));
+    for (int a = 0; a < 2; ++a) {
+      const double f = in.floats(2 * k + a);
+      if (!std::isfinite(f)) return "a program number is not finite";
+      code[k].imm[a] = in.flags(2 * k + a) ? std::nan("") : f;
+    }
+  }
+  out.u.fused.code = code;
+  out.u.fused.n_code = static_cast<uint32_t>(n);
+  return {};
+}
 
 }  // namespace
 
@@ -118,6 +148,19 @@ void encode_params(const bp_op_params& p, Params* out) {
       out->add_floats(u.attention.scale);
       out->add_flags(u.attention.causal);
       break;
+    case BP_PARAMS_FUSED:
+      // Per instruction: op and three registers; two numbers, each with a
+      // flag for NaN (clamp's absent bound: the wire refuses NaN numbers).
+      for (uint32_t k = 0; k < u.fused.n_code && k < BP_FUSED_MAX_CODE && u.fused.code; ++k) {
+        const bp_fused_instr& ins = u.fused.code[k];
+        out->add_ints(ins.op);
+        for (uint16_t a : ins.args) out->add_ints(a);
+        for (double f : ins.imm) {
+          out->add_floats(std::isnan(f) ? 0.0 : f);
+          out->add_flags(std::isnan(f));
+        }
+      }
+      break;
   }
 }
 
@@ -164,8 +207,9 @@ std::string decode_layout(const Layout& in, bp_layout& out) {
 std::string decode_params(const Params& in, bp_op_params& out, std::string& json) {
   std::memset(&out, 0, sizeof out);
   out.struct_size = sizeof out;
-  if (in.kind() > BP_PARAMS_ATTENTION) return "params kind " + std::to_string(in.kind()) + " is unknown";
+  if (in.kind() > BP_PARAMS_FUSED) return "params kind " + std::to_string(in.kind()) + " is unknown";
   out.kind = static_cast<bp_params_kind>(in.kind());
+  if (out.kind == BP_PARAMS_FUSED) return decode_fused(in, out, json);
   const Shape want = shape_of(out.kind);
   const bool variable = want.ints < 0;
   if (variable ? in.ints_size() > BP_MAX_RANK : in.ints_size() != want.ints)

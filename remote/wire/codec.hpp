@@ -45,7 +45,8 @@ void encode_storage(const bp_storage& in, uint64_t wire_buffer, Storage* out);
 // Decoders: "" on success, else what is wrong (the caller adds where).
 std::string decode_layout(const Layout& in, bp_layout& out);
 std::string decode_dtype(uint32_t in, bp_dtype& out);
-// `json` receives a vendor op's params text (out.u.custom points into it).
+// `json` receives a vendor op's params text (out.u.custom points into it),
+// or fused_elementwise's instructions (out.u.fused points into it).
 std::string decode_params(const Params& in, bp_op_params& out, std::string& json);
 
 // Two params are the same request (field by field, for the kind).

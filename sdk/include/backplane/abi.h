@@ -62,7 +62,7 @@ extern "C" {
 #endif
 
 #define BP_ABI_VERSION_MAJOR 2
-#define BP_ABI_VERSION_MINOR 1
+#define BP_ABI_VERSION_MINOR 2
 
 /* The one symbol every plugin exports (see bp_plugin_entry_fn). */
 #define BP_PLUGIN_ENTRY_SYMBOL "backplane_plugin_entry"
@@ -175,7 +175,8 @@ typedef enum bp_params_kind {
   BP_PARAMS_SELECTIVE_SCAN = 12,
   BP_PARAMS_CUSTOM = 13, /* vendor ops: the graph's params as JSON text */
   BP_PARAMS_POOL2D = 14, /* ABI 1.5: max_pool2d avg_pool2d */
-  BP_PARAMS_ATTENTION = 15 /* ABI 2.1: scaled_dot_product_attention */
+  BP_PARAMS_ATTENTION = 15, /* ABI 2.1: scaled_dot_product_attention */
+  BP_PARAMS_FUSED = 16      /* ABI 2.2: fused_elementwise */
 } bp_params_kind;
 
 /* All dims below are already normalised by the host: 0 <= dim < rank of the
@@ -271,6 +272,50 @@ typedef struct bp_attention_params {
   bool causal;
 } bp_attention_params;
 
+/* ABI 2.2: fused_elementwise's program. Registers 0 .. n_inputs-1 hold the
+ * op's inputs (each broadcast to the output's shape); instruction k writes
+ * register n_inputs + k, and the output is the last instruction's register.
+ * A register is either of the compute dtype (the output's dtype: float) or a
+ * condition (bool: an input of dtype bool, or a comparison's result). Every
+ * instruction means exactly what the standard op of the same name means on
+ * one element of the compute dtype, so a chain of nodes and its program give
+ * the same values. The host checks every program before a plugin sees it:
+ * operands name earlier registers of the kinds the opcode takes, at most
+ * BP_FUSED_MAX_CODE instructions. docs/ops.md gives the text form. */
+#define BP_FUSED_MAX_CODE 64
+typedef enum bp_fused_opcode {
+  /* unary, on a compute register: args[0] */
+  BP_FUSED_NEG = 0, BP_FUSED_ABS = 1, BP_FUSED_SIGN = 2, BP_FUSED_SQR = 3,
+  BP_FUSED_SQRT = 4, BP_FUSED_RSQRT = 5, BP_FUSED_RECIP = 6, BP_FUSED_EXP = 7,
+  BP_FUSED_LOG = 8, BP_FUSED_SIN = 9, BP_FUSED_COS = 10, BP_FUSED_TANH = 11,
+  BP_FUSED_ERF = 12, BP_FUSED_FLOOR = 13, BP_FUSED_CEIL = 14, BP_FUSED_ROUND = 15,
+  BP_FUSED_RELU = 16, BP_FUSED_SIGMOID = 17, BP_FUSED_SILU = 18,
+  BP_FUSED_SOFTPLUS = 19,
+  BP_FUSED_GELU = 20,   /* imm[0] != 0: the tanh approximation */
+  BP_FUSED_CLAMP = 21,  /* imm[0] min, imm[1] max; NaN: no bound */
+  BP_FUSED_AFFINE = 22, /* imm[0]·x + imm[1], in double, rounded once */
+  /* binary, on two compute registers: args[0], args[1] */
+  BP_FUSED_ADD = 32, BP_FUSED_SUB = 33, BP_FUSED_MUL = 34, BP_FUSED_DIV = 35,
+  BP_FUSED_MAXIMUM = 36, BP_FUSED_MINIMUM = 37, BP_FUSED_POW = 38,
+  /* comparisons of two compute registers, giving a condition */
+  BP_FUSED_EQ = 48, BP_FUSED_NE = 49, BP_FUSED_LT = 50, BP_FUSED_LE = 51,
+  BP_FUSED_GT = 52, BP_FUSED_GE = 53,
+  /* args[0] a condition, args[1] and args[2] compute registers */
+  BP_FUSED_WHERE = 64
+} bp_fused_opcode;
+
+typedef struct bp_fused_instr {
+  uint16_t op;      /* a bp_fused_opcode */
+  uint16_t args[3]; /* registers; unused ones are zero */
+  uint32_t reserved_[2]; /* zero */
+  double imm[2];
+} bp_fused_instr;
+
+typedef struct bp_fused_params {
+  const bp_fused_instr* code; /* lives as long as the plan (or the call) */
+  uint32_t n_code;
+} bp_fused_params;
+
 typedef struct bp_custom_params {
   bp_string json; /* the node's "params" object as JSON text */
 } bp_custom_params;
@@ -294,6 +339,7 @@ typedef struct bp_op_params {
     bp_custom_params custom;
     bp_pool2d_params pool2d; /* ABI 1.5 */
     bp_attention_params attention; /* ABI 2.1 */
+    bp_fused_params fused;         /* ABI 2.2 */
   } u;
 } bp_op_params;
 
