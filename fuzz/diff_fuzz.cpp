@@ -45,6 +45,7 @@ namespace {
 struct Outcome {
   std::map<std::string, HostTensor> outputs;
   int fused_attention = 0;  // nodes the optimizer ran as scaled_dot_product_attention
+  int fused_chains = 0;     // nodes it ran as fused_elementwise
   std::string error;  // compile or run error ("" when it ran)
   bool compile_failed = false;
   bool escaped = false;  // an exception other than backplane::Error
@@ -67,14 +68,19 @@ Graph build_graph(const Json& graph, const std::set<std::string>& fed, std::map<
 }
 
 Outcome run_on(Runtime& rt, const Json& graph, const std::set<std::string>& fed, const std::vector<Device*>& devices,
-               std::string* determinism) {
+               std::string* determinism, bool optimize = true) {
   Outcome o;
   std::map<std::string, HostTensor> feeds;
   std::optional<Plan> plan;
   try {
     Graph g = build_graph(graph, fed, feeds);
-    plan.emplace(rt.compile(g, devices));
-    for (const auto& p : plan->placement()) o.fused_attention += p.op == "scaled_dot_product_attention";
+    CompileOptions co;
+    co.optimize = optimize;
+    plan.emplace(rt.compile(g, devices, co));
+    for (const auto& p : plan->placement()) {
+      o.fused_attention += p.op == "scaled_dot_product_attention";
+      o.fused_chains += p.op == "fused_elementwise";
+    }
   } catch (const Error& e) {
     o.error = e.what();
     o.compile_failed = true;
@@ -240,7 +246,7 @@ int main(int argc, char** argv) {
   }
   if (!opt.partial_dir.empty()) partial_list = rt->select_devices("partial0,cpu");
 
-  int failures = 0, generator_rejections = 0, vulkan_skipped = 0, compared = 0, fused_attention = 0;
+  int failures = 0, generator_rejections = 0, vulkan_skipped = 0, compared = 0, fused_attention = 0, fused_chains = 0;
   size_t nodes = 0;
   std::map<std::string, int> op_counts;
   // `label`: "graph 12 (--seed 1 --start 12 --count 1)" or a file name;
@@ -277,9 +283,9 @@ int main(int argc, char** argv) {
     }
     if (!det.empty()) report("cpu", det, unpinned, c.fed);
     auto check = [&](const std::string& config, const Json& graph, const std::vector<Device*>& devices,
-                     bool may_lack_kernels) -> bool {
+                     bool may_lack_kernels, bool optimize = true) -> bool {
       std::string d;
-      const Outcome o = run_on(*rt, graph, c.fed, devices, &d);
+      const Outcome o = run_on(*rt, graph, c.fed, devices, &d, optimize);
       if (o.compile_failed && may_lack_kernels && !o.escaped) return false;
       ++compared;
       if (!o.error.empty()) {
@@ -299,6 +305,11 @@ int main(int argc, char** argv) {
       if (!diffs.empty()) report(config, diffs, graph, c.fed);
       return true;
     };
+    // Fused chains against the same graph unfused, on the same device.
+    if (ref.fused_chains > 0) {
+      ++fused_chains;
+      check("cpu --optimize none", unpinned, cpu, false, false);
+    }
     if (from_file) {
       if (!vulkan.empty()) {
         if (!check("vulkan0", unpinned, vulkan, true)) ++vulkan_skipped;
@@ -374,8 +385,9 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   std::printf("diff_fuzz: seed %llu, graphs %d..%d (%zu nodes): %d comparisons, %d failures; vulkan0 alone lacked a "
-              "kernel for %d graphs; the core refused %d generated nodes; %d graphs ran fused attention on the cpu\n",
+              "kernel for %d graphs; the core refused %d generated nodes; %d graphs ran fused attention and %d fused "
+              "elementwise chains on the cpu (the chains also compared unfused)\n",
               static_cast<unsigned long long>(opt.seed), opt.start, opt.start + opt.count - 1, nodes, compared, failures,
-              vulkan_skipped, generator_rejections, fused_attention);
+              vulkan_skipped, generator_rejections, fused_attention, fused_chains);
   return failures ? 1 : 0;
 }
