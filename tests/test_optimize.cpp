@@ -1057,3 +1057,61 @@ TEST_CASE("fused_elementwise: without a kernel for its dtype it runs as its inst
     }
   }
 }
+
+// The LayerNorm and GELU chains exporters write (opset < 17) run as
+// layer_norm and gelu when optimizing (core/src/pass_compositions.cpp; the
+// importer no longer maps them, so --optimize none runs them as exported).
+// Would catch: a kept intermediate or a pinned node swallowed by the
+// mapping, the mapping made without optimize, values off the chain's.
+TEST_CASE("optimizer: exported LayerNorm and GELU chains run as layer_norm and gelu", "[optimize][compositions]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  auto scalar = [](double v) {
+    HostTensor t(BP_DTYPE_F32, {});
+    t.set(0, v);
+    return t;
+  };
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {6, 32});
+  g.constant("eps", scalar(1e-5));
+  g.constant("w", random_tensor({32}, 3));
+  g.constant("b", random_tensor({32}, 4));
+  g.constant("sqrt2", scalar(std::sqrt(2.0)));
+  g.constant("one", scalar(1.0));
+  g.constant("half", scalar(0.5));
+  g.node("m1", "mean", {"x"}, {{"dims", {-1}}, {"keepdim", true}});
+  g.node("d", "sub", {"x", "m1"});
+  g.node("sq", "sqr", {"d"});
+  g.node("m2", "mean", {"sq"}, {{"dims", {-1}}, {"keepdim", true}});
+  g.node("ve", "add", {"m2", "eps"});
+  g.node("sd", "sqrt", {"ve"});
+  g.node("n", "div", {"d", "sd"});
+  g.node("nw", "mul", {"n", "w"});
+  g.node("ln", "add", {"nw", "b"});
+  g.node("g1", "div", {"ln", "sqrt2"});
+  g.node("g2", "erf", {"g1"});
+  g.node("g3", "add", {"g2", "one"});
+  g.node("g4", "mul", {"ln", "g3"});
+  g.node("y", "mul", {"g4", "half"});
+  g.output("y");
+  auto [p, base] = optimized_and_plain(*rt, g, cpu);
+  INFO(p.explain());
+  CHECK(explains(p, "1 exported LayerNorm chain"));
+  CHECK(explains(p, "1 exported GELU chain"));
+  CHECK(explains(p, "  ln (layer_norm)"));
+  CHECK(explains(p, "  y (gelu)"));
+  CHECK_FALSE(explains(base, "exported LayerNorm"));
+  const HostTensor x = random_tensor({6, 32}, 5, -3, 3);
+  const HostTensor got = p.run({{"x", x}}).at("y"), want = base.run({{"x", x}}).at("y");
+  for (int64_t i = 0; i < want.numel(); ++i) CHECK(got.get(i) == Approx(want.get(i)).epsilon(1e-5).margin(1e-6));
+  SECTION("a kept intermediate or a pin leaves the chain as written") {
+    CompileOptions co;
+    co.keep = {"sd"};
+    CHECK_FALSE(explains(rt->compile(g, cpu, co), "exported LayerNorm"));
+    Graph h = g;
+    h.pin("g3", "cpu");
+    Plan q = rt->compile(h, cpu);
+    CHECK(explains(q, "exported LayerNorm"));
+    CHECK_FALSE(explains(q, "exported GELU"));
+  }
+}

@@ -8,6 +8,7 @@
 // those whose last reader has run), allocated once, and every
 // bp_storage/bp_layout a kernel will see is built, so execute() only locks,
 // calls kernels, moves transfers and synchronizes.
+#include "pass_compositions.hpp"
 #include "pass_fold.hpp"
 #include "pass_fuse.hpp"
 #include "pass_layout.hpp"
@@ -594,9 +595,12 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
     std::optional<detail::FoldResult> folded;
     if (options.optimize) folded = detail::fold_constants(*this, g0, devices, options.keep);
     const Graph& g1 = folded ? folded->graph : g0;
+    std::optional<detail::CompositionResult> comps;
+    if (options.optimize) comps = detail::map_compositions(g1, options.keep);
+    const Graph& g2 = comps ? comps->graph : g1;
     std::optional<detail::AttentionResult> fused;
-    if (options.optimize) fused = detail::fuse_attention(g1, devices, options.keep, impl_->attention_cpu_min_bytes);
-    const Graph& g = fused && fused->changed ? fused->graph : g1;
+    if (options.optimize) fused = detail::fuse_attention(g2, devices, options.keep, impl_->attention_cpu_min_bytes);
+    const Graph& g = fused && fused->changed ? fused->graph : g2;
     detail::PatternResult patterns;
     detail::LayoutResult layouts;
     detail::SimplifyResult simplified;
@@ -629,6 +633,7 @@ void Runtime::build_plan(Plan& plan, const Graph& graph, const std::vector<Devic
     l.notes.insert(l.notes.begin(), layouts.notes.begin(), layouts.notes.end());
     l.notes.insert(l.notes.begin(), patterns.notes.begin(), patterns.notes.end());
     if (fused) l.notes.insert(l.notes.begin(), fused->notes.begin(), fused->notes.end());
+    if (comps) l.notes.insert(l.notes.begin(), comps->notes.begin(), comps->notes.end());
     if (folded) l.notes.insert(l.notes.begin(), folded->notes.begin(), folded->notes.end());
     if (programs) l.notes.insert(l.notes.begin(), programs->notes.begin(), programs->notes.end());
     if (expanded) l.notes.insert(l.notes.begin(), expanded->notes.begin(), expanded->notes.end());

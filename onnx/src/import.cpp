@@ -3,7 +3,7 @@
 // (ops.cpp) through Importer::emit, which infers every node with the core's
 // own op table and evaluates at import the nodes whose inputs are all known.
 #include "importer.hpp"
-#include "patterns.hpp"
+#include "pass_compositions.hpp"  // the optimizer's (core/src)
 
 #include "conformance/reference.hpp"
 
@@ -389,7 +389,13 @@ ImportedModel Importer::run(::onnx::ModelProto& model) {
   result_.weight_bytes = weight_bytes_;
   if (folded_bn_) result_.notes.push_back(std::to_string(folded_bn_) + " BatchNormalization folded into the Conv before it");
   if (folded_) result_.notes.push_back(std::to_string(folded_) + " values computed at import (shapes and constants)");
-  result_.graph = options_.map_compositions ? map_compositions(std::move(graph_), result_.notes) : std::move(graph_);
+  if (options_.map_compositions) {
+    if (auto mapped = backplane::detail::map_compositions(graph_, {})) {
+      graph_ = std::move(mapped->graph);
+      result_.notes.insert(result_.notes.end(), mapped->notes.begin(), mapped->notes.end());
+    }
+  }
+  result_.graph = std::move(graph_);
   return std::move(result_);
 }
 

@@ -360,11 +360,16 @@ def test_plans_from_several_threads(rt):
 
 
 def test_profile(rt):
-    plan = rt.compile(affine((8,)), "cpu", profile=True)
-    plan(x=np.ones(8, np.float32), w=np.ones(8, np.float32), b=np.ones(8, np.float32))
+    feeds = dict(x=np.ones(8, np.float32), w=np.ones(8, np.float32), b=np.ones(8, np.float32))
+    plan = rt.compile(affine((8,)), "cpu", profile=True, optimize=False)
+    plan(**feeds)
     prof = plan.profile()
     assert [s["op"] for s in prof["steps"] if s["kind"] == "kernel"] == ["mul", "add"]
     assert "total" in plan.profile_table()
+    # Optimized, the CPU runs the chain as one fused kernel.
+    fused = rt.compile(affine((8,)), "cpu", profile=True)
+    fused(**feeds)
+    assert [s["op"] for s in fused.profile()["steps"] if s["kind"] == "kernel"] == ["fused_elementwise"]
 
 
 @pytest.mark.parametrize("prepare", [True, False])

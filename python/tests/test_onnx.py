@@ -33,19 +33,25 @@ def test_from_torch_matches_the_module():
 
 def test_compositions_become_single_ops():
     # Exported at opset 13, LayerNorm and GELU are 9 and 5 ONNX nodes; the
-    # import maps them back (the notes say so) and the values still match.
+    # import keeps them as exported and the optimizer maps them back at
+    # compile (explain says so); the values match PyTorch either way.
     import io
     m = Small().eval()
     x = torch.rand(3, 8)
     buf = io.BytesIO()
     torch.onnx.export(m, (x,), buf, opset_version=13, input_names=["x"], output_names=["y"])
     model = backplane.onnx.load_model(buf.getvalue())
-    notes = " ".join(model.notes)
-    assert "1 decomposed LayerNorm mapped onto layer_norm" in notes
-    assert "1 decomposed GELU (erf form) mapped onto gelu" in notes
-    got = backplane.compile(model.graph, device="cpu")(x=x.numpy())["y"]
+    assert "mapped onto" not in " ".join(model.notes)
+    plan = backplane.compile(model.graph, device="cpu")
+    explain = plan.explain()
+    assert "1 exported LayerNorm chain (mean, sub, sqr, mean, add, sqrt, div[, mul, add]) run as layer_norm" in explain
+    assert "1 exported GELU chain (div by √2, erf, add 1, mul, mul by 0.5) run as gelu" in explain
+    plain = backplane.compile(model.graph, device="cpu", optimize=False)
+    assert "run as layer_norm" not in plain.explain()
     with torch.no_grad():
-        np.testing.assert_allclose(got, m(x).numpy(), rtol=1e-4, atol=1e-6)
+        want = m(x).numpy()
+    for p in (plan, plain):
+        np.testing.assert_allclose(p(x=x.numpy())["y"], want, rtol=1e-4, atol=1e-6)
 
 
 def test_bad_models_are_errors_naming_the_model():

@@ -46,8 +46,10 @@ struct ImportOptions {
   // and bias (exact up to f32 rounding of the folded weights).
   bool fold_batch_norm = true;
   // Map the compositions exporters write for LayerNorm (before opset 17) and
-  // GELU (erf form) onto layer_norm and gelu (f32/f64).
-  bool map_compositions = true;
+  // GELU (erf form) onto layer_norm and gelu (f32/f64) at import. Off by
+  // default: the optimizer does the same at compile (CompileOptions::
+  // optimize), so `--optimize none` runs the model as exported.
+  bool map_compositions = false;
   // Nodes whose inputs are all known at import are evaluated then, up to
   // this many elements per value (larger ones stay nodes).
   int64_t fold_limit = int64_t{1} << 20;

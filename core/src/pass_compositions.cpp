@@ -1,16 +1,16 @@
-// The compositions exporters write for ops older opsets lack, mapped back
-// onto the standard op that does the same in one pass: LayerNorm (before
-// opset 17: ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) and
-// GELU (Div by √2, Erf, Add 1, Mul x, Mul 0.5). A match needs every
-// intermediate value read only inside the pattern and the constants to have
-// the values the formula needs; anything else is left as it was.
-#include "patterns.hpp"
+// Exported LayerNorm and GELU compositions as layer_norm and gelu (see
+// pass_compositions.hpp). A match needs every intermediate value read only
+// inside the pattern and the constants to have the values the formula
+// needs; anything else is left as it was.
+#include "pass_compositions.hpp"
+
+#include "pass_patterns.hpp"
 
 #include <cmath>
 #include <map>
 #include <set>
 
-namespace backplane::onnx::detail {
+namespace backplane::detail {
 
 namespace {
 
@@ -23,7 +23,7 @@ struct View {
   std::map<std::string, Shape> shapes;
   std::map<std::string, bp_dtype> dtypes;
 
-  explicit View(const Graph& graph) : g(graph) {
+  View(const Graph& graph, const std::vector<std::string>& keep) : g(graph) {
     for (const auto& in : graph.inputs()) {
       if (in.constant) consts[in.name] = &*in.constant;
     }
@@ -35,6 +35,7 @@ struct View {
       }
     }
     for (const auto& o : graph.outputs()) ++uses[o];
+    for (const auto& k : keep) ++uses[k];
     try {
       for (auto& [name, t] : infer_graph(graph)) {
         dtypes[name] = t.first;
@@ -136,6 +137,9 @@ void match_layer_norm(const View& v, const Node& m1, Rewrite& rw, int& count) {
       last = badd->name;
     }
   }
+  for (const Node* n : {&m1, sub, sq, m2, add, sqrt, div, mul})
+    if (n && !n->device.empty() && (n != mul || !w.empty())) return;  // a pin is the application's
+  if (!b.empty() && !v.g.nodes()[v.producer.at(last)].device.empty()) return;
   for (const Node* n : {&m1, sub, sq, m2, add, sqrt, div}) rw.removed.insert(n->name);
   if (!w.empty()) rw.removed.insert(mul->name);
   if (!b.empty()) rw.removed.insert(last);
@@ -163,6 +167,8 @@ void match_gelu(const View& v, const Node& erf, Rewrite& rw, int& count) {
   if (!half) return;
   auto h = View::other(*half, mul->name);
   if (!h || v.scalar(*h) != 0.5) return;
+  for (const Node* n : {div, &erf, add, mul, half})
+    if (!n->device.empty()) return;  // a pin is the application's
   for (const Node* n : {div, &erf, add, mul}) rw.removed.insert(n->name);
   rw.replace[half->name] = Node{half->name, "gelu", {x}, Json::object(), ""};
   ++count;
@@ -170,45 +176,40 @@ void match_gelu(const View& v, const Node& erf, Rewrite& rw, int& count) {
 
 }  // namespace
 
-Graph map_compositions(Graph&& g, std::vector<std::string>& notes) {
+std::optional<CompositionResult> map_compositions(const Graph& g, const std::vector<std::string>& keep) {
   Rewrite rw;
   int ln = 0, gelu = 0;
   {
-    const View v(g);
-    if (v.shapes.empty()) return std::move(g);
+    const View v(g, keep);
+    if (v.shapes.empty()) return std::nullopt;
     for (const auto& n : g.nodes()) {
       match_layer_norm(v, n, rw, ln);
       match_gelu(v, n, rw, gelu);
     }
   }
-  if (!ln && !gelu) return std::move(g);
-  Graph out;
-  // Constants and inputs still read.
+  if (!ln && !gelu) return std::nullopt;
+  // Constants no node reads any more are dropped.
   std::map<std::string, int> reads;
+  std::vector<Node> nodes;
   for (const auto& n : g.nodes()) {
     if (rw.removed.count(n.name)) continue;
     const auto it = rw.replace.find(n.name);
-    for (const auto& in : (it == rw.replace.end() ? n : it->second).inputs) ++reads[in];
+    nodes.push_back(it == rw.replace.end() ? n : it->second);
+    for (const auto& in : nodes.back().inputs) ++reads[in];
   }
   for (const auto& o : g.outputs()) ++reads[o];
-  for (const auto& in : g.inputs()) {
-    if (in.constant) {
-      // g is ours (moved in): its constants move over, never copied.
-      if (reads[in.name]) out.constant(in.name, std::move(*const_cast<Graph::Input&>(in).constant));
-    } else {
-      out.input(in.name, in.dtype, in.shape);
-    }
-  }
-  for (const auto& n : g.nodes()) {
-    if (rw.removed.count(n.name)) continue;
-    const auto it = rw.replace.find(n.name);
-    const Node& m = it == rw.replace.end() ? n : it->second;
-    out.node(m.name, m.op, m.inputs, m.params, m.device);
-  }
-  for (const auto& o : g.outputs()) out.output(o);
-  if (ln) notes.push_back(std::to_string(ln) + " decomposed LayerNorm mapped onto layer_norm");
-  if (gelu) notes.push_back(std::to_string(gelu) + " decomposed GELU (erf form) mapped onto gelu");
-  return out;
+  for (const auto& k : keep) ++reads[k];
+  std::set<std::string> unread;
+  for (const auto& in : g.inputs())
+    if (in.constant && !reads[in.name]) unread.insert(in.name);
+  CompositionResult r{rebuilt_graph(g, nodes, {}, unread), {}};
+  if (ln)
+    r.notes.push_back("compositions: " + std::to_string(ln) + " exported LayerNorm chain" + (ln == 1 ? "" : "s") +
+                      " (mean, sub, sqr, mean, add, sqrt, div[, mul, add]) run as layer_norm");
+  if (gelu)
+    r.notes.push_back("compositions: " + std::to_string(gelu) + " exported GELU chain" + (gelu == 1 ? "" : "s") +
+                      " (div by √2, erf, add 1, mul, mul by 0.5) run as gelu");
+  return r;
 }
 
-}  // namespace backplane::onnx::detail
+}  // namespace backplane::detail
