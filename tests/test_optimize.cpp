@@ -1115,3 +1115,59 @@ TEST_CASE("optimizer: exported LayerNorm and GELU chains run as layer_norm and g
     CHECK_FALSE(explains(q, "exported GELU"));
   }
 }
+
+// The simplify pass's identities and view chains (core/src/pass_simplify.cpp).
+// Would catch: add of +0 dropped (it turns -0 into +0), a constant that
+// grows the shape taken as an identity, a permute pair composed in the wrong
+// order, a kept or output name lost, any bit changed.
+TEST_CASE("optimizer: identities and view chains are skipped, bit for bit", "[optimize]") {
+  auto rt = cpu_runtime();
+  Device& cpu = rt->device("cpu");
+  auto filled = [](Shape s, double v) {
+    HostTensor t(BP_DTYPE_F32, std::move(s));
+    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v);
+    return t;
+  };
+  Graph g;
+  g.input("x", BP_DTYPE_F32, {4, 6});
+  g.constant("one", filled({6}, 1.0));
+  g.constant("ones_big", filled({3, 4, 6}, 1.0));
+  g.constant("pz", filled({}, 0.0));
+  g.constant("nz", filled({1}, -0.0));
+  g.node("c", "cast", {"x"}, {{"dtype", "f32"}});
+  g.node("m", "mul", {"one", "c"});
+  g.node("d", "div", {"m", "one"});
+  g.node("s", "sub", {"d", "pz"});
+  g.node("a", "add", {"s", "nz"});
+  g.node("a0", "add", {"a", "pz"});       // stays: -0 + +0 is +0
+  g.node("grow", "mul", {"a0", "ones_big"});  // stays: [3, 4, 6], not x's shape
+  g.node("r1", "reshape", {"grow"}, {{"shape", {12, 6}}});
+  g.node("r2", "reshape", {"r1"}, {{"shape", {72}}});
+  g.node("p1", "permute", {"a0"}, {{"dims", {1, 0}}});
+  g.node("p2", "permute", {"p1"}, {{"dims", {1, 0}}});  // cancels p1
+  g.node("y", "neg", {"p2"});
+  g.output("y");
+  g.output("r2");
+  CompileOptions co;
+  co.keep = {"d"};
+  Plan p = rt->compile(g, cpu, co);
+  CompileOptions plain = co;
+  plain.optimize = false;
+  Plan base = rt->compile(g, cpu, plain);
+  const std::string e = p.explain();
+  INFO(e);
+  CHECK_THAT(e, Contains("simplify: 4 nodes ('c', 'm', 's', 'a') pass their input through"));
+  CHECK_THAT(e, Contains("simplify: 2 views ('r2', 'p2') of a view of the same kind"));
+  CHECK(explains(p, "  a0 ("));
+  CHECK(explains(p, "  d ("));  // kept
+  HostTensor x = random_tensor({4, 6}, 31);
+  x.set(0, -0.0);
+  const auto got = p.run({{"x", x}}), want = base.run({{"x", x}});
+  for (const char* name : {"y", "r2"}) {
+    INFO(name);
+    REQUIRE(got.at(name).nbytes() == want.at(name).nbytes());
+    CHECK(std::memcmp(got.at(name).data(), want.at(name).data(), got.at(name).nbytes()) == 0);
+  }
+  CHECK(std::signbit(got.at("y").get(0)));  // -(-0 + +0) = -0: the add of +0 ran
+  CHECK(p.output("d").get(1) == x.get(1));
+}
