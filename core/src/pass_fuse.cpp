@@ -15,7 +15,10 @@ namespace backplane::detail {
 
 namespace {
 
-constexpr size_t kMaxInputs = 16;
+// Inputs of a fused node the pass writes: what every shipped kernel takes
+// (the Vulkan plugin passes at most 8 operands, the output included; the
+// op itself allows 16).
+constexpr size_t kMaxInputs = 7;
 const char* const kOp = "fused_elementwise";
 
 class Fuser {
@@ -158,7 +161,8 @@ class Fuser {
       for (const auto& v : nodes_[m].inputs)
         if (!inside.count(v) && std::find(ins.begin(), ins.end(), v) == ins.end()) ins.push_back(v);
     if (ins.size() > kMaxInputs) {
-      why = "it reads " + std::to_string(ins.size()) + " values; a fused node takes at most 16";
+      why = "it reads " + std::to_string(ins.size()) + " values; the optimizer writes fused nodes of at most " +
+            std::to_string(kMaxInputs) + " inputs";
       return false;
     }
     std::stable_partition(ins.begin(), ins.end(), [&](const std::string& v) { return type(v)->dtype == BP_DTYPE_F32; });

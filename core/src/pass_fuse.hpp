@@ -9,7 +9,7 @@
 //     comparison's bool feeding a where), and every reader of its value is
 //     already in the group (not a graph output nor a kept value).
 //   - A group of two or more nodes becomes one node named as the sink, with
-//     the group's outside values as inputs (an f32 one first, at most 16) and
+//     the group's outside values as inputs (an f32 one first, at most 7) and
 //     the group as a program (at most 64 instructions).
 //
 // The fused kernel runs each instruction with the element function of the
