@@ -46,6 +46,9 @@ struct Row {
   // Bit k: dtype key entry k is an i64 index read/written as int32 pairs
   // (needs no shaderInt64).
   uint32_t index_mask = 0;
+  // The kernel checks its inputs' dtypes itself (fused_elementwise: inputs
+  // after x0 may be bool).
+  bool own_input_dtypes = false;
 };
 
 class Registry {

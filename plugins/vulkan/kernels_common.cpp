@@ -1,5 +1,7 @@
 #include "kernels.hpp"
 
+#include "fused.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -25,6 +27,7 @@ void Registry::add(const std::string& op, std::vector<bp_dtype> dtypes, std::vec
   r.bundle_slots = bundle_slots;
   r.variadic = variadic;
   r.index_mask = index_mask;
+  r.own_input_dtypes = op == "fused_elementwise";
   rows_.push_back(std::move(r));
   table_.add(op, std::move(dtypes), std::move(layouts), &kernel_entry, bundle_slots,
              variadic ? static_cast<uint32_t>(BP_KERNEL_FLAG_VARIADIC) : 0u);
@@ -38,6 +41,7 @@ const Registry& registry() {
     register_scan(reg);
     register_linalg(reg);
     register_index(reg);
+    register_fused(reg);
     return reg;
   }();
   return r;
@@ -60,7 +64,7 @@ bp_error* kernel_entry(const bp_kernel_context* ctx, const bp_storage* inputs, s
                row.op + ": got " + std::to_string(n_inputs) + " inputs, expected " + std::to_string(want));
     for (size_t i = 0; i < n_inputs; ++i) {
       const bp_dtype expect = row.dtypes[std::min(i, want - 1)];
-      BP_SDK_CHECK(inputs[i].buffer_handle == 0 || inputs[i].dtype == expect, BP_ERR_INVALID_ARGUMENT,
+      BP_SDK_CHECK(inputs[i].buffer_handle == 0 || inputs[i].dtype == expect || row.own_input_dtypes, BP_ERR_INVALID_ARGUMENT,
                  row.op + ": input " + std::to_string(i) + " is " + dt(inputs[i].dtype) +
                      ", kernel expects " + dt(expect));
       const bp_layout& l = layouts[i];

@@ -1,6 +1,7 @@
 #include "pipelines.hpp"
 
 #include "device.hpp"
+#include "fused.hpp"
 #include "spirv.hpp"
 
 #include <algorithm>
@@ -43,22 +44,25 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
 // $BACKPLANE_CACHE_DIR (`off`: no disk cache), else $XDG_CACHE_HOME/backplane,
 // else ~/.cache/backplane; empty when disabled (also by the older
 // BACKPLANE_VULKAN_PIPELINE_CACHE=0) or when there is no such place.
-std::string Pipelines::cache_path() const {
+std::string Pipelines::cache_dir() {
   namespace fs = std::filesystem;
   if (const char* e = std::getenv("BACKPLANE_VULKAN_PIPELINE_CACHE");
       e && (std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0))
     return {};
-  fs::path dir;
   if (const char* c = std::getenv("BACKPLANE_CACHE_DIR"); c && *c) {
     if (std::strcmp(c, "off") == 0) return {};
-    dir = fs::path(c);
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
-    dir = fs::path(x) / "backplane";
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
-    dir = fs::path(h) / ".cache" / "backplane";
-  } else {
-    return {};
+    return c;
   }
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "backplane").string();
+  if (const char* h = std::getenv("HOME"); h && *h) return (fs::path(h) / ".cache" / "backplane").string();
+  return {};
+}
+
+std::string Pipelines::cache_path() const {
+  namespace fs = std::filesystem;
+  const std::string d = cache_dir();
+  if (d.empty()) return {};
+  const fs::path dir(d);
   // One file per device and driver (pipelineCacheUUID names the driver build).
   std::string uuid;
   char hex[3];
@@ -212,6 +216,7 @@ void Pipelines::destroy() {
   pipelines_.clear();
   for (auto& [k, m] : modules_) vkDestroyShaderModule(d, m, nullptr);
   modules_.clear();
+  generated_.clear();
   if (layout_.pipeline) vkDestroyPipelineLayout(d, layout_.pipeline, nullptr);
   if (layout_.set) vkDestroyDescriptorSetLayout(d, layout_.set, nullptr);
   if (layout_.operands) vkDestroyDescriptorSetLayout(d, layout_.operands, nullptr);
@@ -266,7 +271,13 @@ const Pipelines::Layout& Pipelines::layout() {
   return layout_;
 }
 
-bool Pipelines::shader_available(const std::string& shader) const { return find_spirv(shader) != nullptr; }
+bool Pipelines::shader_available(const std::string& shader) const {
+  return generated_.count(shader) != 0 || find_spirv(shader) != nullptr;
+}
+
+void Pipelines::add_generated(const std::string& shader, std::string source) {
+  generated_.emplace(shader, std::move(source));
+}
 
 VkShaderModule Pipelines::module(const std::string& shader) {
   auto it = modules_.find(shader);
@@ -283,6 +294,11 @@ VkShaderModule Pipelines::module(const std::string& shader) {
       file_words.resize(bytes.size() / 4);
       std::memcpy(file_words.data(), bytes.data(), file_words.size() * 4);
     }
+  }
+  if (auto g = generated_.find(shader); g != generated_.end()) {
+    // fused.cpp: the disk cache's copy, else glslang's compile (here, at the
+    // first request: in a preparing run, that is the plan's compile()).
+    file_words = generated_spirv(dev_->name, shader, g->second, cache_dir());
   }
   if (!file_words.empty()) {
     ci.codeSize = file_words.size() * 4;

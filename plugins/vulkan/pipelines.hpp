@@ -92,6 +92,14 @@ class Pipelines {
   bool wait(const Pipeline& p);
   bool shader_available(const std::string& shader) const;
   VkDescriptorSetLayout set_layout() { return layout().set; }
+  // A shader generated at run time (fused_elementwise, fused.cpp): its GLSL
+  // source, compiled to SPIR-V by glslang (or found in the disk cache) when
+  // a dispatch first requests a pipeline of it. Under Device::mu.
+  void add_generated(const std::string& shader, std::string source);
+  bool has_generated(const std::string& shader) const { return generated_.count(shader) != 0; }
+  // The on-disk cache folder: $BACKPLANE_CACHE_DIR (`off`: none), else
+  // $XDG_CACHE_HOME/backplane, else ~/.cache/backplane; empty when disabled.
+  static std::string cache_dir();
 
  private:
   struct Layout {
@@ -123,6 +131,7 @@ class Pipelines {
   bool cache_dirty_ = false;
   Layout layout_;
   std::map<std::string, VkShaderModule> modules_;
+  std::map<std::string, std::string> generated_;  // generated shaders' GLSL, by name
   std::map<std::pair<std::string, std::vector<int32_t>>, std::unique_ptr<Pipeline>> pipelines_;
 
   // The compile queue and its workers (started on the first compile).
