@@ -1,9 +1,8 @@
 // backplane import MODEL.onnx --out DIR: the model as a graph file with its
 // weights as .npy files beside it.
+#include "cli_module.hpp"
 #include "commands.hpp"
 #include "model_input.hpp"
-
-#include <backplane/onnx.hpp>
 
 #include <cstdio>
 #include <map>
@@ -20,7 +19,7 @@ int cmd_import(const Args& in) {
   if (!is_onnx_path(path)) throw Error(path.string() + ": import takes an ONNX model (.onnx)");
   LoadedModel m = load_model(path, args, true);
   reject_leftovers(args);
-  const auto file = onnx::write_graph_dir(m.file.graph, out_dir);
+  const auto file = onnx_module().write_graph_dir(m.file.graph, out_dir);
   std::map<std::string, int> ops;
   for (const auto& n : m.file.graph.nodes()) ++ops[n.op];
   std::printf("imported %s (opset %lld) in %.1f ms: %zu nodes, %.1f MB of constants\n", path.string().c_str(),

@@ -1,5 +1,6 @@
 // The `backplane` command: how a newcomer meets the project, and how tools
 // outside C++ drive it.
+#include "cli_module.hpp"
 #include "commands.hpp"
 
 #include <backplane/backplane.hpp>
@@ -8,46 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-
-namespace backplane::cli {
-
-bool take_switch(Args& args, const std::string& name) {
-  for (auto it = args.begin(); it != args.end(); ++it)
-    if (*it == name) {
-      args.erase(it);
-      return true;
-    }
-  return false;
-}
-
-std::string take_option(Args& args, const std::string& name, const std::string& fallback) {
-  for (auto it = args.begin(); it != args.end(); ++it) {
-    if (*it == name) {
-      if (it + 1 == args.end()) throw Error("option " + name + " needs a value");
-      std::string v = *(it + 1);
-      args.erase(it, it + 2);
-      return v;
-    }
-    if (it->rfind(name + "=", 0) == 0) {
-      std::string v = it->substr(name.size() + 1);
-      args.erase(it);
-      return v;
-    }
-  }
-  return fallback;
-}
-
-void reject_leftovers(const Args& args) {
-  if (!args.empty()) throw Error("unexpected argument '" + args.front() + "' (see backplane --help)");
-}
-
-bool take_optimize(Args& args) {
-  const std::string v = take_option(args, "--optimize", "all");
-  if (v != "all" && v != "none") throw Error("--optimize takes 'all' or 'none', not '" + v + "'");
-  return v == "all";
-}
-
-}  // namespace backplane::cli
 
 namespace {
 
@@ -166,7 +127,7 @@ int main(int argc, char** argv) {
     if (cmd == "import") return cmd_import(args);
 #endif
 #ifdef BACKPLANE_HAVE_REMOTE
-    if (cmd == "serve") return cmd_serve(args);
+    if (cmd == "serve") return serve_module().serve(args);  // gRPC and the rest: loaded for serve only
 #endif
     std::fprintf(stderr, "backplane: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;

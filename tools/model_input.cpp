@@ -1,10 +1,9 @@
 #include "model_input.hpp"
 
 #ifdef BACKPLANE_HAVE_ONNX
-#include <backplane/onnx.hpp>
+#include "cli_module.hpp"
 #endif
 
-#include <chrono>
 #include <random>
 
 namespace backplane::cli {
@@ -65,18 +64,9 @@ LoadedModel load_model(const std::filesystem::path& path, Args& args, bool rando
   }
   if (is_onnx_path(path)) {
 #ifdef BACKPLANE_HAVE_ONNX
-    onnx::ImportOptions opt;
-    opt.dims = dims;
-    for (const auto& [name, t] : given) opt.input_shapes[name] = t.shape;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto im = onnx::import_file(path, opt);
-    m.import_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    m.onnx = true;
-    m.notes = im.notes;
-    m.onnx_names = im.onnx_names;
-    m.weight_bytes = im.weight_bytes;
-    m.opset = im.opset;
-    m.file.graph = std::move(im.graph);
+    std::map<std::string, Shape> shapes;
+    for (const auto& [name, t] : given) shapes[name] = t.shape;
+    onnx_module().import_model(path, dims, shapes, m);
     // --input keys are the model's names (or the graph's, where they differ).
     for (auto& [name, t] : given) {
       std::string key = name;
