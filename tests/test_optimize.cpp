@@ -61,6 +61,26 @@ std::pair<Plan, Plan> optimized_and_plain(Runtime& rt, const Graph& g, Device& d
   return {rt.compile(g, dev), rt.compile(g, dev, plain)};
 }
 
+// g compiled with `keep`, as the optimizer leaves it and as written.
+std::pair<Plan, Plan> optimized_and_plain_keeping(Runtime& rt, const Graph& g, Device& dev,
+                                                  std::vector<std::string> keep) {
+  CompileOptions co;
+  co.keep = std::move(keep);
+  CompileOptions plain = co;
+  plain.optimize = false;
+  return {rt.compile(g, dev, co), rt.compile(g, dev, plain)};
+}
+
+// Outputs `names` of two runs are the same bytes.
+void same_bits(const std::map<std::string, HostTensor>& got, const std::map<std::string, HostTensor>& want,
+               std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    INFO(name);
+    REQUIRE(got.at(name).nbytes() == want.at(name).nbytes());
+    CHECK(std::memcmp(got.at(name).data(), want.at(name).data(), got.at(name).nbytes()) == 0);
+  }
+}
+
 struct ConvCase {
   const char* label;
   Shape x, w;
@@ -521,12 +541,7 @@ TEST_CASE("optimizer: repeated nodes merge, dead nodes go, and the outputs stay 
   g.node("k", "sin", {"a"});         // repeats a2, but is kept: stays
   g.output("y");
   g.output("z");
-  CompileOptions co;
-  co.keep = {"k"};
-  Plan p = rt->compile(g, cpu, co);
-  CompileOptions plain = co;
-  plain.optimize = false;
-  Plan base = rt->compile(g, cpu, plain);
+  auto [p, base] = optimized_and_plain_keeping(*rt, g, cpu, {"k"});
   const std::string e = p.explain();
   INFO(e);
   CHECK_THAT(e, Contains("simplify: 2 nodes ('b', 'b2') repeat an earlier node's op, inputs and params"));
@@ -538,11 +553,7 @@ TEST_CASE("optimizer: repeated nodes merge, dead nodes go, and the outputs stay 
   CHECK(explains(base, "  unused (cos)"));
   const HostTensor x = random_tensor({64}, 9);
   const auto got = p.run({{"x", x}}), want = base.run({{"x", x}});
-  for (const char* name : {"y", "z"}) {
-    INFO(name);
-    REQUIRE(got.at(name).nbytes() == want.at(name).nbytes());
-    CHECK(std::memcmp(got.at(name).data(), want.at(name).data(), got.at(name).nbytes()) == 0);
-  }
+  same_bits(got, want, {"y", "z"});
   CHECK(p.output("k").get(3) == base.output("k").get(3));
   SECTION("different pins or params do not merge") {
     Graph h;
@@ -960,11 +971,7 @@ TEST_CASE("optimizer: elementwise chains run as one fused_elementwise node, bit 
   for (int64_t i = 0; i < 33; ++i) m.set(i, i % 3 != 0);
   x.set(5, std::numeric_limits<float>::quiet_NaN());
   const auto got = p.run({{"x", x}, {"b", b}, {"m", m}}), want = base.run({{"x", x}, {"b", b}, {"m", m}});
-  for (const char* name : {"y", "y2"}) {
-    INFO(name);
-    REQUIRE(got.at(name).nbytes() == want.at(name).nbytes());
-    CHECK(std::memcmp(got.at(name).data(), want.at(name).data(), got.at(name).nbytes()) == 0);
-  }
+  same_bits(got, want, {"y", "y2"});
   // An f64 spot check of the fused value (the unfused chain could share a bug).
   for (int64_t i : {0L, 1029L, 3L * 1030 + 7, 32L * 1030 + 1029}) {
     const int64_t row = i / 1030, col = i % 1030;
@@ -1022,7 +1029,7 @@ TEST_CASE("fused_elementwise: malformed programs are refused with the instructio
 }
 
 // A graph may name fused_elementwise itself: where no device of the list has
-// its kernel (the CPU's is f32 only; Vulkan has none), the host runs its
+// its kernel (the CPU's and Vulkan's are f32 only), the host runs its
 // instructions as standard nodes. Would catch: a register wired to the wrong
 // value, a program's params dropped, the output left at the last register's
 // smaller shape instead of the inputs' broadcast.
@@ -1046,7 +1053,7 @@ TEST_CASE("fused_elementwise: without a kernel for its dtype it runs as its inst
     for (const auto& list : lists) {
       INFO(list << " " << dtype_name(d));
       Plan p = rt->compile(g, rt->select_devices(list));
-      const bool kernel = d == BP_DTYPE_F32 && list == "cpu";
+      const bool kernel = d == BP_DTYPE_F32;
       CHECK(explains(p, "runs its 3 instructions as standard nodes") == !kernel);
       const HostTensor y = p.run({{"x", x}, {"b", b}}).at("y");
       REQUIRE(y.shape == Shape{2, 3});
@@ -1148,12 +1155,7 @@ TEST_CASE("optimizer: identities and view chains are skipped, bit for bit", "[op
   g.node("y", "neg", {"p2"});
   g.output("y");
   g.output("r2");
-  CompileOptions co;
-  co.keep = {"d"};
-  Plan p = rt->compile(g, cpu, co);
-  CompileOptions plain = co;
-  plain.optimize = false;
-  Plan base = rt->compile(g, cpu, plain);
+  auto [p, base] = optimized_and_plain_keeping(*rt, g, cpu, {"d"});
   const std::string e = p.explain();
   INFO(e);
   CHECK_THAT(e, Contains("simplify: 4 nodes ('c', 'm', 's', 'a') pass their input through"));
@@ -1163,11 +1165,7 @@ TEST_CASE("optimizer: identities and view chains are skipped, bit for bit", "[op
   HostTensor x = random_tensor({4, 6}, 31);
   x.set(0, -0.0);
   const auto got = p.run({{"x", x}}), want = base.run({{"x", x}});
-  for (const char* name : {"y", "r2"}) {
-    INFO(name);
-    REQUIRE(got.at(name).nbytes() == want.at(name).nbytes());
-    CHECK(std::memcmp(got.at(name).data(), want.at(name).data(), got.at(name).nbytes()) == 0);
-  }
+  same_bits(got, want, {"y", "r2"});
   CHECK(std::signbit(got.at("y").get(0)));  // -(-0 + +0) = -0: the add of +0 ran
   CHECK(p.output("d").get(1) == x.get(1));
 }
