@@ -64,7 +64,13 @@ Geometry coalesce(const Call& c) {
   return g;
 }
 
-template <class Op> void run_unary(const Op& op, const float* x, float* y, int64_t n) {
+// Inlined into each ISA's copy of the block loop (run_block below), so the
+// loops vectorise at that ISA's width. Results do not depend on the width:
+// every op is IEEE-exact per element or a libm call per element, and
+// fused.cpp is built with -ffp-contract=off (no FMA the unfused kernels,
+// built for the baseline ISA, would not have).
+#define BP_FUSED_INLINE [[gnu::always_inline]] inline
+template <class Op> BP_FUSED_INLINE void run_unary(const Op& op, const float* x, float* y, int64_t n) {
   if constexpr (requires { op.block_f32_applies(); }) {
     if (op.block_f32_applies()) {
       op.block_f32(x, y, n);
@@ -73,16 +79,17 @@ template <class Op> void run_unary(const Op& op, const float* x, float* y, int64
   }
   for (int64_t i = 0; i < n; ++i) y[i] = op(x[i]);
 }
-template <class Op> void run_binary(const Op& op, const float* a, const float* b, float* y, int64_t n) {
+template <class Op> BP_FUSED_INLINE void run_binary(const Op& op, const float* a, const float* b, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = op(a[i], b[i]);
 }
-template <class Op> void run_compare(const Op& op, const float* a, const float* b, float* y, int64_t n) {
+template <class Op> BP_FUSED_INLINE void run_compare(const Op& op, const float* a, const float* b, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = op(a[i], b[i]) ? 1.0f : 0.0f;
 }
 
 // One instruction over n elements. `p` is the params its op's kernel would
 // get (gelu, clamp, affine), built once per call.
-void step(const bp_fused_instr& ins, const bp_op_params& p, const float* const* r, float* y, int64_t n) {
+BP_FUSED_INLINE void step(const bp_fused_instr& ins, const bp_op_params& p, const float* const* r, float* y,
+                          int64_t n) {
   const float* a = r[ins.args[0]];
   const float* b = r[ins.args[1]];
   switch (ins.op) {
@@ -115,6 +122,23 @@ void step(const bp_fused_instr& ins, const bp_op_params& p, const float* const* 
       sdk::fail(BP_ERR_INVALID_ARGUMENT, "fused_elementwise: unknown opcode " + std::to_string(ins.op));
   }
 }
+
+// Every instruction over one block of n elements; the last writes `out`.
+#define BP_FUSED_RUN_BLOCK(NAME, ATTR)                                                                       \
+  ATTR void NAME(const bp_fused_instr* code, uint32_t n_code, const bp_op_params* ps, const float** r,       \
+                 float* scratch, size_t n_in, float* out, int64_t n) {                                       \
+    for (uint32_t i = 0; i < n_code; ++i) {                                                                  \
+      float* dst = i + 1 == n_code ? out : scratch + (n_in + i) * kBlock;                                    \
+      step(code[i], ps[i], r, dst, n);                                                                       \
+      r[n_in + i] = dst;                                                                                     \
+    }                                                                                                        \
+  }
+BP_FUSED_RUN_BLOCK(run_block_baseline, )
+BP_FUSED_RUN_BLOCK(run_block_avx2, __attribute__((target("avx2"))))
+BP_FUSED_RUN_BLOCK(run_block_avx512, __attribute__((target("avx512f,avx512vl,avx512dq,avx2"))))
+#undef BP_FUSED_RUN_BLOCK
+using RunBlock = void (*)(const bp_fused_instr*, uint32_t, const bp_op_params*, const float**, float*, size_t, float*,
+                          int64_t);
 
 // The params each instruction's functor takes, and a check of the program
 // (the host checked it; a wrong one is an error here, never a stray read).
@@ -188,8 +212,13 @@ struct FusedF32 {
     float* y = c.out_data<float>();
     const int64_t grain = std::max<int64_t>(1, kGrain / (kBlock * std::max<int64_t>(1, f.n_code / 2)));
 
+    const bool stream = streams<float>(lo);
+    const RunBlock run_block = isa() == Isa::avx512 ? run_block_avx512
+                               : isa() == Isa::avx2  ? run_block_avx2
+                                                     : run_block_baseline;
     pfor(c, rows * per_row, grain, [&](int64_t b, int64_t e) {
       std::vector<float> scratch(n_regs * kBlock);
+      std::vector<float> out_block(stream ? kBlock : 0);
       std::vector<const float*> r(n_regs);
       std::vector<int64_t> off(n_in + 1);
       for (int64_t blk = b; blk < e; ++blk) {
@@ -220,12 +249,16 @@ struct FusedF32 {
           }
           r[k] = buf;
         }
-        for (uint32_t i = 0; i < f.n_code; ++i) {
-          float* dst = i + 1 == f.n_code ? y + off[n_in] : scratch.data() + (n_in + i) * kBlock;
-          step(f.code[i], ps[i], r.data(), dst, n);
-          r[n_in + i] = dst;
+        if (!stream) {
+          run_block(f.code, f.n_code, ps.data(), r.data(), scratch.data(), n_in, y + off[n_in], n);
+          continue;
         }
+        // A large output is streamed out (no read of each line it writes),
+        // as the unfused kernels do.
+        run_block(f.code, f.n_code, ps.data(), r.data(), scratch.data(), n_in, out_block.data(), n);
+        stream_store(y + off[n_in], out_block.data(), n);
       }
+      if (stream) rows::fence();
     });
   }
 };
