@@ -96,7 +96,14 @@ void setup_isolation(Runtime::Impl& impl) {
   std::filesystem::path server;
   if (options.use_environment)
     if (const char* env = safe_getenv("BACKPLANE_SERVER"); env && *env) server = env;
-  if (server.empty()) server = default_plugin_dir().parent_path().parent_path() / "bin" / "backplane";
+  if (server.empty()) {
+    // As installed (the libdir may be two levels deep), else the build tree
+    // (lib/ beside bin/).
+    const auto libdir = default_plugin_dir().parent_path();
+    server = libdir / BACKPLANE_LIB_TO_BIN / "backplane";
+    std::error_code ec;
+    if (!std::filesystem::exists(server, ec)) server = libdir.parent_path() / "bin" / "backplane";
+  }
   std::set<std::string> seen;
   for (auto& p : impl.plugins) {
     PluginInfo& info = p->mutable_info();
