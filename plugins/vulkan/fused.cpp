@@ -21,6 +21,8 @@
 // source and glslang's version, so another process does not compile it again.
 #include "fused.hpp"
 
+#include "cache_file.hpp"
+
 #include "kernels.hpp"
 
 #include <glslang/Public/ResourceLimits.h>
@@ -42,12 +44,6 @@
 namespace backplane::vulkan {
 
 namespace {
-
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
 
 std::string hex64(uint64_t v) {
   char b[20];
@@ -131,12 +127,8 @@ constexpr char kSpvMagic[8] = {'B', 'P', 'V', 'K', 'S', 'P', 'V', '\1'};
 constexpr uint32_t kSpirvMagic = 0x07230203u;
 
 std::vector<uint32_t> load_spirv(const std::string& device, const std::string& path, uint64_t key, uint64_t key2) {
-  std::vector<char> file;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return {};
-    file.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  const std::vector<char> file = read_cache_file(path);
+  if (file.empty()) return {};
   const auto ignore = [&](const std::string& why) {
     log(BP_LOG_INFO, "vulkan: " + device + ": ignoring the shader cache file " + path + ": " + why);
     return std::vector<uint32_t>();
@@ -159,8 +151,6 @@ std::vector<uint32_t> load_spirv(const std::string& device, const std::string& p
 // Best effort: failing costs a compile in the next process only.
 bool save_spirv(const std::string& device, const std::string& path, uint64_t key, uint64_t key2,
                 const std::vector<uint32_t>& words) {
-  namespace fs = std::filesystem;
-  static std::atomic<unsigned> serial{0};
   SpvHeader h{};
   std::memcpy(h.magic, kSpvMagic, sizeof kSpvMagic);
   h.header_size = sizeof h;
@@ -168,24 +158,9 @@ bool save_spirv(const std::string& device, const std::string& path, uint64_t key
   h.key = key;
   h.key2 = key2;
   h.words_hash = fnv1a(words.data(), words.size() * 4);
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp" + std::to_string(getpid()) + "." + std::to_string(serial++);
-  bool ok = false;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(&h), sizeof h);
-    out.write(reinterpret_cast<const char*>(words.data()), static_cast<std::streamsize>(words.size() * 4));
-    out.flush();
-    ok = static_cast<bool>(out);
-  }
-  if (ok) fs::rename(tmp, path, ec);
-  if (!ok || ec) {
-    fs::remove(tmp, ec);
-    log(BP_LOG_INFO, "vulkan: " + device + ": could not write the shader cache file " + path);
-    return false;
-  }
-  return true;
+  if (write_cache_file(path, &h, sizeof h, words.data(), words.size() * 4)) return true;
+  log(BP_LOG_INFO, "vulkan: " + device + ": could not write the shader cache file " + path);
+  return false;
 }
 
 }  // namespace

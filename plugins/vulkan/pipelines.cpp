@@ -1,5 +1,6 @@
 #include "pipelines.hpp"
 
+#include "cache_file.hpp"
 #include "device.hpp"
 #include "fused.hpp"
 #include "spirv.hpp"
@@ -32,12 +33,6 @@ struct CacheHeader {
   uint64_t data_hash;  // FNV-1a of the data
 };
 constexpr char kCacheMagic[8] = {'B', 'P', 'V', 'K', 'P', 'C', '\0', '\1'};
-
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
 
 }  // namespace
 
@@ -109,12 +104,8 @@ void Pipelines::init(Device* dev) {
 // The cached driver data, or nothing (with a log line saying why, unless
 // there is no file yet).
 std::vector<char> Pipelines::load_cache() const {
-  std::vector<char> file;
-  {
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) return {};
-    file.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  const std::vector<char> file = read_cache_file(path_);
+  if (file.empty()) return {};
   const auto ignore = [&](const std::string& why) {
     log(BP_LOG_INFO, "vulkan: " + dev_->name + ": ignoring the pipeline cache " + path_ + ": " + why);
     return std::vector<char>();
@@ -162,26 +153,8 @@ void Pipelines::save_cache() {
   h.build = spirv_fingerprint();
   h.data_size = size;
   h.data_hash = fnv1a(data.data(), size);
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path path(path_);
-  fs::create_directories(path.parent_path(), ec);
-  char suffix[64];
-  std::snprintf(suffix, sizeof suffix, ".tmp%ld.%p", static_cast<long>(getpid()), static_cast<const void*>(this));
-  const std::string tmp = path_ + suffix;
-  bool ok = false;
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(&h), sizeof h);
-    out.write(data.data(), static_cast<std::streamsize>(size));
-    out.flush();
-    ok = static_cast<bool>(out);
-  }
-  if (ok) fs::rename(tmp, path, ec);
-  if (!ok || ec) {
-    fs::remove(tmp, ec);
+  if (!write_cache_file(path_, &h, sizeof h, data.data(), size))
     log(BP_LOG_INFO, "vulkan: " + dev_->name + ": could not write the pipeline cache " + path_);
-  }
 }
 
 Pipelines::~Pipelines() { stop_workers(); }
