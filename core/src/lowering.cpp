@@ -487,7 +487,7 @@ class Lowerer {
       n.out_layout = Layout::contiguous(os);
     }
     n.inputs = in_ids;
-    find_candidates(n, choices(node, where), r.out.slots.size(), node.op == "concat" || node.op == "fused_elementwise", node.device);
+    find_candidates(n, choices(node, where), r.out.slots.size(), is_variadic_op(node.op), node.device);
     std::vector<ValueType> types;
     if (r.out.is_bundle()) {
       for (const auto& [dt, shape] : r.out.slots) types.push_back({dt, shape, {}});

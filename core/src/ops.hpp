@@ -48,6 +48,9 @@ struct InferredNode {
 InferredNode infer_node(const Node& node, const std::vector<const ValueType*>& inputs);
 
 bool is_known_op(const std::string& op);
+// Its last input repeats (concat, fused_elementwise): kernels are keyed by
+// (first input, output) and flagged BP_KERNEL_FLAG_VARIADIC.
+bool is_variadic_op(const std::string& op);
 
 // The inputs of `op` that may be null or left out: [first, total). Ops
 // without optional inputs have none (first == total == 0).

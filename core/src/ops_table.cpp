@@ -331,6 +331,10 @@ int64_t normalize_dim(int64_t dim, int64_t rank, const std::string& what) {
 }
 
 bool is_known_op(const std::string& op) { return find_op(op) != nullptr; }
+bool is_variadic_op(const std::string& op) {
+  const OpSpec* s = find_op(op);
+  return s && s->variadic();
+}
 
 OptionalInputs optional_inputs(const std::string& op) {
   const OpSpec* s = find_op(op);

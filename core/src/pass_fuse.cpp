@@ -29,22 +29,7 @@ class Fuser {
     // order (later passes add values of their own; a vendor node keeps the
     // name and type of what it replaced, or stays unknown).
     types_ = infer_standard_nodes(g);
-    for (const Node& n : nodes_) {
-      if (is_custom_op(n.op) && !is_known_op(n.op)) continue;
-      std::vector<const ValueType*> in;
-      bool known = true;
-      for (const auto& name : n.inputs) {
-        auto it = name.empty() ? types_.end() : types_.find(name);
-        known = known && it != types_.end();
-        if (!known) break;
-        in.push_back(&it->second);
-      }
-      if (!known) continue;
-      try {
-        types_[n.name] = infer_node(n, in).out;
-      } catch (const std::exception&) {
-      }
-    }
+    infer_nodes(nodes_, types_);
     for (size_t i = 0; i < nodes_.size(); ++i) producer_[nodes_[i].name] = i;
     for (const Node& n : nodes_)
       for (const auto& in : n.inputs)

@@ -342,12 +342,10 @@ ValueUses value_uses(const Graph& g, const std::vector<std::string>& keep) {
   return u;
 }
 
-std::map<std::string, ValueType> infer_standard_nodes(
-    const Graph& g, const std::function<void(size_t, const InferredNode&, const std::vector<const ValueType*>&)>& on_node) {
-  std::map<std::string, ValueType> types;
-  for (const auto& in : g.inputs()) types[in.name] = {in.dtype, in.shape, {}};
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
+void infer_nodes(const std::vector<Node>& nodes, std::map<std::string, ValueType>& types,
+                 const std::function<void(size_t, const InferredNode&, const std::vector<const ValueType*>&)>& on_node) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
     if (is_custom_op(n.op) && !is_known_op(n.op)) continue;
     std::vector<const ValueType*> in;
     bool known = true;
@@ -369,6 +367,13 @@ std::map<std::string, ValueType> infer_standard_nodes(
     } catch (const std::exception&) {
     }
   }
+}
+
+std::map<std::string, ValueType> infer_standard_nodes(
+    const Graph& g, const std::function<void(size_t, const InferredNode&, const std::vector<const ValueType*>&)>& on_node) {
+  std::map<std::string, ValueType> types;
+  for (const auto& in : g.inputs()) types[in.name] = {in.dtype, in.shape, {}};
+  infer_nodes(g.nodes(), types, on_node);
   return types;
 }
 

@@ -63,6 +63,9 @@ Graph rebuilt_graph(const Graph& g, const std::vector<Node>& nodes, const NamedC
 // are known; on_node sees each node inferred (with its inputs' types).
 // Anything the core cannot infer here (a vendor op, a bad graph: lowering
 // reports it) stays unknown.
+// The same over a node list (a later pass's), adding to `types`.
+void infer_nodes(const std::vector<Node>& nodes, std::map<std::string, ValueType>& types,
+                 const std::function<void(size_t, const InferredNode&, const std::vector<const ValueType*>&)>& on_node = {});
 std::map<std::string, ValueType> infer_standard_nodes(
     const Graph& g,
     const std::function<void(size_t, const InferredNode&, const std::vector<const ValueType*>&)>& on_node = {});
