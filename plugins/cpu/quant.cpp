@@ -14,9 +14,16 @@
 
 #include <immintrin.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
 // GCC 12 reports its own AVX-512 intrinsics' undefined merge operand as
-// maybe-uninitialized once they are inlined here.
+// maybe-uninitialized (or uninitialized, _mm512_reduce_add_ps's) once they
+// are inlined here.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace backplane::cpu {
 namespace {
@@ -142,7 +149,346 @@ template <bool Q4> struct QuantB {
   }
 };
 
-template <bool Q4> struct MatmulQK {
+// ---- The _a8 ops: a rounded to 8-bit blocks of 32 as well ----------------
+//
+// cpu.matmul_q8_a8 and cpu.matmul_q4_a8 are the ops above with each row of a
+// first rounded to 8-bit blocks of 32 along K (ggml's Q8_0 form, ONNX
+// Runtime's MatMulNBits at accuracy level 4):
+//   s_a = max(f32(max|a_blk| · (1/127), in double), 1e-30), q_a = rint(a / s_a)
+// (a block holding NaN or an infinity gets s_a = NaN, q_a = 0, so its row's
+// products are NaN as the decomposition's NaN / inf / 0 give). Each block's
+// product is then exact in integers, Σ q_a · q_w, scaled once by s_a · s_w:
+// AVX-512 VNNI (vpdpbusd) or AVX2 (vpmaddubsw) byte products, chosen at run
+// time. The rounding is the decomposition's own (the same divide, half to
+// even), so the two differ by float summation order only.
+constexpr double kInv127 = 1.0 / 127.0;
+constexpr float kMinScale = 1e-30f;
+
+inline float a8_scale(float amax) {
+  if (!(amax <= std::numeric_limits<float>::max())) return std::numeric_limits<float>::quiet_NaN();
+  const float s = static_cast<float>(kInv127 * static_cast<double>(amax));
+  return s < kMinScale ? kMinScale : s;
+}
+
+// One block of a rounded: q[0..31], returns s_a; *sum = Σ q.
+inline float quantize_block(const float* a, int8_t* q, int32_t* sum) {
+  float amax = 0.0f;
+  bool bad = false;
+  for (int j = 0; j < kBlock; ++j) {
+    const float v = std::fabs(a[j]);
+    bad |= !(v <= std::numeric_limits<float>::max());
+    amax = v > amax ? v : amax;
+  }
+  const float s = bad ? std::numeric_limits<float>::quiet_NaN() : a8_scale(amax);
+  int32_t t = 0;
+  for (int j = 0; j < kBlock; ++j) {
+    q[j] = bad ? int8_t{0} : static_cast<int8_t>(std::nearbyint(a[j] / s));
+    t += q[j];
+  }
+  *sum = t;
+  return s;
+}
+
+#define BP_QUANT_A512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// quantize_block with AVX-512 (the bulk of a prompt row costs K divides).
+BP_QUANT_A512 inline float quantize_block_avx512(const float* a, int8_t* q, int32_t* sum) {
+  const __m512 x0 = _mm512_loadu_ps(a), x1 = _mm512_loadu_ps(a + 16);
+  const __m512 ax0 = _mm512_abs_ps(x0), ax1 = _mm512_abs_ps(x1);
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  // NaN or an infinity: not (|x| <= max), unordered included.
+  const __mmask16 bad = _mm512_cmp_ps_mask(ax0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(ax1, big, _CMP_NLE_UQ);
+  if (bad) return quantize_block(a, q, sum);
+  const float s = a8_scale(_mm512_reduce_max_ps(_mm512_max_ps(ax0, ax1)));
+  const __m512 vs = _mm512_set1_ps(s);
+  const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_div_ps(x0, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_div_ps(x1, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(q0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(q1));
+  *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  return s;
+}
+
+#define BP_QUANT_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+BP_QUANT_AVX2 inline float quantize_block_avx2(const float* a, int8_t* q, int32_t* sum) {
+  __m256 x[4], amax = _mm256_setzero_ps();
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 big = _mm256_set1_ps(std::numeric_limits<float>::max());
+  int bad = 0;
+  for (int i = 0; i < 4; ++i) {
+    x[i] = _mm256_loadu_ps(a + 8 * i);
+    const __m256 ax = _mm256_and_ps(x[i], absmask);
+    bad |= _mm256_movemask_ps(_mm256_cmp_ps(ax, big, _CMP_NLE_UQ));
+    amax = _mm256_max_ps(amax, ax);
+  }
+  if (bad) return quantize_block(a, q, sum);
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  const float s = a8_scale(_mm_cvtss_f32(m));
+  const __m256 vs = _mm256_set1_ps(s);
+  __m256i v[4];
+  for (int i = 0; i < 4; ++i)
+    v[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_div_ps(x[i], vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  // packs interleave 128-bit lanes: put them back in order after.
+  const __m256i w16a = _mm256_packs_epi32(v[0], v[1]), w16b = _mm256_packs_epi32(v[2], v[3]);
+  const __m256i w8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16a, w16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), w8);
+  __m256i t = _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3]));
+  __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+  u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0x4E));
+  u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0xB1));
+  *sum = _mm_cvtsi128_si32(u);
+  return s;
+}
+
+// Which a8 kernel runs: the vector ones take a chunk of C blocks (C / 4 per
+// group vector) at a time.
+enum class A8Path { scalar, avx2, vnni };
+
+A8Path a8_path() {
+  if (isa() == Isa::avx512) {
+    static const bool vnni = [] {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+    }();
+    if (vnni) return A8Path::vnni;
+  }
+  return isa() >= Isa::avx2 ? A8Path::avx2 : A8Path::scalar;
+}
+
+// The rows of a, rounded and laid out for `path`:
+// - q: per row nbp · 32 bytes, nbp = blocks rounded up to a chunk (zeros
+//   after K). q8: in a's order. q4: per group of L blocks, the blocks' first
+//   16 values (which pair with the weight bytes' low nibbles) then their last
+//   16 (the high nibbles), so one load matches L blocks of weight bytes.
+// - s, c: per row nbp scales and corrections (c · Σ q_a added to each
+//   block's integer sum undoes the kernel's offset of the weights: 8 for q4's
+//   nibbles, 128 for q8 under VNNI, whose weights go in as unsigned bytes),
+//   in the chunk's reduced order: position p = 4i + g holds block L·g + i.
+// The scalar path keeps a's order and needs no correction.
+struct A8Rows {
+  int64_t nb = 0, nbp = 0;
+  std::vector<int8_t> q;
+  std::vector<float> s;
+  std::vector<int32_t> c;
+};
+
+template <bool Q4> A8Rows quantize_rows(const QuantArgs& g, A8Path path) {
+  A8Rows r;
+  r.nb = g.K / kBlock;
+  const int64_t C = path == A8Path::vnni ? 16 : path == A8Path::avx2 ? 8 : 1;
+  const int64_t L = C / 4;
+  r.nbp = (r.nb + C - 1) / C * C;
+  r.q.assign(static_cast<size_t>(g.M * r.nbp * kBlock), 0);
+  r.s.assign(static_cast<size_t>(g.M * r.nbp), 0.0f);
+  r.c.assign(static_cast<size_t>(g.M * r.nbp), 0);
+  const int32_t offset = Q4 ? 8 : (path == A8Path::vnni ? 128 : 0);
+  alignas(64) int8_t blk[kBlock];
+  for (int64_t m = 0; m < g.M; ++m) {
+    int8_t* q = r.q.data() + m * r.nbp * kBlock;
+    float* s = r.s.data() + m * r.nbp;
+    int32_t* c = r.c.data() + m * r.nbp;
+    for (int64_t b = 0; b < r.nb; ++b) {
+      const float* a = g.a + m * g.lda + b * kBlock;
+      int32_t sum = 0;
+      const float sc = path == A8Path::vnni   ? quantize_block_avx512(a, blk, &sum)
+                       : path == A8Path::avx2 ? quantize_block_avx2(a, blk, &sum)
+                                              : quantize_block(a, blk, &sum);
+      int64_t pos = b;
+      if (C > 1) {
+        const int64_t i = (b % C) % L, grp = (b % C) / L;
+        pos = b - b % C + 4 * i + grp;
+      }
+      s[pos] = sc;
+      c[pos] = -offset * sum;
+      if (Q4 && C > 1) {
+        const int64_t grp0 = b / L * L, i = b - grp0;
+        std::memcpy(q + grp0 * kBlock + 16 * i, blk, 16);
+        std::memcpy(q + grp0 * kBlock + 16 * L + 16 * i, blk + 16, 16);
+      } else {
+        std::memcpy(q + b * kBlock, blk, kBlock);
+      }
+    }
+  }
+  return r;
+}
+
+// Scalar: y[m, n] = Σ_b s_w · s_a · Σ_j q_a · w(j), a's own order.
+template <bool Q4> void a8_rows_scalar(const QuantArgs& g, const A8Rows& a, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = g.q + n * g.ldq;
+    for (int64_t m = 0; m < g.M; ++m) {
+      const int8_t* aq = a.q.data() + m * a.nbp * kBlock;
+      const float* sa = a.s.data() + m * a.nbp;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < a.nb; ++b) {
+        int32_t t = 0;
+        for (int j = 0; j < kBlock; ++j) {
+          int32_t w;
+          if constexpr (Q4) {
+            const uint8_t byte = row[b * 16 + (j & 15)];
+            w = (j < 16 ? byte & 0xF : byte >> 4) - 8;
+          } else {
+            w = static_cast<int8_t>(row[b * kBlock + j]);
+          }
+          t += w * aq[b * kBlock + j];
+        }
+        acc += f16_to_float(g.s[n * g.lds + b]) * sa[b] * static_cast<float>(t);
+      }
+      g.y[m * g.ldy + n] = acc;
+    }
+  }
+}
+
+// The weight bytes and scales of rows n .. n + R - 1 for the chunk of C
+// blocks at b0: in place, or copied with zeros after the row's last block.
+template <bool Q4, int R, int C> struct ChunkRows {
+  static constexpr int kBytes = C * (Q4 ? 16 : 32);
+  alignas(64) uint8_t tq[R][kBytes];
+  alignas(64) uint16_t ts[R][C];
+  const uint8_t* q[R];
+  const uint16_t* s[R];
+  void at(const QuantArgs& g, int64_t n, int64_t b0, int64_t nb) {
+    const int64_t vb = std::min<int64_t>(C, nb - b0);
+    for (int r = 0; r < R; ++r) {
+      q[r] = g.q + (n + r) * g.ldq + b0 * (Q4 ? 16 : 32);
+      s[r] = g.s + (n + r) * g.lds + b0;
+      if (vb < C) {
+        std::memset(tq[r], 0, sizeof tq[r]);
+        std::memset(ts[r], 0, sizeof ts[r]);
+        std::memcpy(tq[r], q[r], static_cast<size_t>(vb * (Q4 ? 16 : 32)));
+        std::memcpy(ts[r], s[r], static_cast<size_t>(vb) * sizeof(uint16_t));
+        q[r] = tq[r];
+        s[r] = ts[r];
+      }
+    }
+  }
+};
+
+#define BP_QUANT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+
+// AVX-512 VNNI, R weight rows against one row m of a, chunks of 16 blocks:
+// four group vectors (a 128-bit lane per block) of vpdpbusd sums, reduced
+// to one vector of 16 block sums, scaled and accumulated in f32.
+template <bool Q4, int R> BP_QUANT_VNNI void a8_vnni(const QuantArgs& g, const A8Rows& a, int64_t m, int64_t n) {
+  constexpr int C = 16;
+  const int8_t* aq = a.q.data() + m * a.nbp * kBlock;
+  const float* sa = a.s.data() + m * a.nbp;
+  const int32_t* ca = a.c.data() + m * a.nbp;
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  ChunkRows<Q4, R, C> w;
+  for (int64_t b0 = 0; b0 < a.nb; b0 += C) {
+    w.at(g, n, b0, a.nb);
+    __m512i v[R][4];
+    for (int grp = 0; grp < 4; ++grp) {
+      const __m512i a0 = _mm512_loadu_si512(aq + b0 * kBlock + grp * 128);
+      const __m512i a1 = _mm512_loadu_si512(aq + b0 * kBlock + grp * 128 + 64);
+      for (int r = 0; r < R; ++r) {
+        if constexpr (Q4) {
+          const __m512i x = _mm512_loadu_si512(w.q[r] + grp * 64);
+          const __m512i lo = _mm512_and_si512(x, nib);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), nib);
+          v[r][grp] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a0), hi, a1);
+        } else {
+          const __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(w.q[r] + grp * 128), flip);
+          const __m512i x1 = _mm512_xor_si512(_mm512_loadu_si512(w.q[r] + grp * 128 + 64), flip);
+          const __m512i t0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x0, a0);
+          const __m512i t1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x1, a1);
+          v[r][grp] = _mm512_add_epi32(_mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+        }
+      }
+    }
+    const __m512i corr = _mm512_loadu_si512(ca + b0);
+    const __m512 sav = _mm512_loadu_ps(sa + b0);
+    for (int r = 0; r < R; ++r) {
+      const __m512i x = _mm512_add_epi32(_mm512_unpacklo_epi32(v[r][0], v[r][1]), _mm512_unpackhi_epi32(v[r][0], v[r][1]));
+      const __m512i y = _mm512_add_epi32(_mm512_unpacklo_epi32(v[r][2], v[r][3]), _mm512_unpackhi_epi32(v[r][2], v[r][3]));
+      const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(_mm512_unpacklo_epi64(x, y), _mm512_unpackhi_epi64(x, y)), corr);
+      const __m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.s[r])));
+      const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(order, sw), sav);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) g.y[m * g.ldy + n + r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+// AVX2: the same with vpmaddubsw byte products (pairs summed in 16 bits:
+// 2 · 15 · 127 for q4's nibbles, 2 · 128 · 127 for q8 with its signs moved
+// onto a), chunks of 8 blocks, two per group vector.
+template <bool Q4, int R> BP_QUANT_AVX2 void a8_avx2(const QuantArgs& g, const A8Rows& a, int64_t m, int64_t n) {
+  constexpr int C = 8;
+  const int8_t* aq = a.q.data() + m * a.nbp * kBlock;
+  const float* sa = a.s.data() + m * a.nbp;
+  const int32_t* ca = a.c.data() + m * a.nbp;
+  const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  ChunkRows<Q4, R, C> w;
+  for (int64_t b0 = 0; b0 < a.nb; b0 += C) {
+    w.at(g, n, b0, a.nb);
+    __m256i v[R][4];
+    for (int grp = 0; grp < 4; ++grp) {
+      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq + b0 * kBlock + grp * 64));
+      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq + b0 * kBlock + grp * 64 + 32));
+      for (int r = 0; r < R; ++r) {
+        if constexpr (Q4) {
+          const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q[r] + grp * 32));
+          const __m256i lo = _mm256_and_si256(x, nib);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), nib);
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_maddubs_epi16(hi, a1));
+          v[r][grp] = _mm256_madd_epi16(p, ones);
+        } else {
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q[r] + grp * 64));
+          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q[r] + grp * 64 + 32));
+          const __m256i t0 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(x0), _mm256_sign_epi8(a0, x0)), ones);
+          const __m256i t1 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(x1), _mm256_sign_epi8(a1, x1)), ones);
+          v[r][grp] = _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20), _mm256_permute2x128_si256(t0, t1, 0x31));
+        }
+      }
+    }
+    const __m256i corr = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ca + b0));
+    const __m256 sav = _mm256_loadu_ps(sa + b0);
+    for (int r = 0; r < R; ++r) {
+      const __m256i sum = _mm256_add_epi32(
+          _mm256_hadd_epi32(_mm256_hadd_epi32(v[r][0], v[r][1]), _mm256_hadd_epi32(v[r][2], v[r][3])), corr);
+      const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.s[r])));
+      const __m256 scale = _mm256_mul_ps(_mm256_permutevar8x32_ps(sw, order), sav);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
+    g.y[m * g.ldy + n + r] = _mm_cvtss_f32(t);
+  }
+}
+
+template <bool Q4> void a8_rows(const QuantArgs& g, const A8Rows& a, A8Path path, int64_t n0, int64_t n1) {
+  if (path == A8Path::scalar) return a8_rows_scalar<Q4>(g, a, n0, n1);
+  for (int64_t m = 0; m < g.M; ++m) {
+    int64_t n = n0;
+    for (; n + 4 <= n1; n += 4) path == A8Path::vnni ? a8_vnni<Q4, 4>(g, a, m, n) : a8_avx2<Q4, 4>(g, a, m, n);
+    for (; n < n1; ++n) path == A8Path::vnni ? a8_vnni<Q4, 1>(g, a, m, n) : a8_avx2<Q4, 1>(g, a, m, n);
+  }
+}
+
+// The four kernels: Q4 picks the weight format, A8 whether a is rounded too.
+template <bool Q4, bool A8> struct MatmulQK {
+
   template <bp_dtype> struct K {
     static void impl(const Call& c) {
       c.expect(3, BP_PARAMS_NONE);
@@ -178,7 +524,23 @@ template <bool Q4> struct MatmulQK {
         return;
       }
       if (M >= 4) {
-        gemm_packed<float>(c, M, N, K, StridedA<float, float>{g.a, g.lda, 1}, QuantB<Q4>{&g}, g.y, g.ldy);
+        if constexpr (A8) {
+          // A prompt's rows: a as its blocks give it back, then the f32 GEMM.
+          const A8Rows r = quantize_rows<Q4>(g, A8Path::scalar);
+          std::vector<float> back(static_cast<size_t>(M * K));
+          for (int64_t i = 0; i < M * K; ++i) back[static_cast<size_t>(i)] = r.q[static_cast<size_t>(i)] * r.s[static_cast<size_t>(i / kBlock)];
+          gemm_packed<float>(c, M, N, K, StridedA<float, float>{back.data(), K, 1}, QuantB<Q4>{&g}, g.y, g.ldy);
+        } else {
+          gemm_packed<float>(c, M, N, K, StridedA<float, float>{g.a, g.lda, 1}, QuantB<Q4>{&g}, g.y, g.ldy);
+        }
+        return;
+      }
+      if constexpr (A8) {
+        const A8Path path = a8_path();
+        const A8Rows r = quantize_rows<Q4>(g, path);
+        pfor(c, (N + 3) / 4, std::max<int64_t>(1, kGrain / (4 * M * K)), [&](int64_t b, int64_t e) {
+          a8_rows<Q4>(g, r, path, b * 4, std::min(N, e * 4));
+        });
         return;
       }
       // Groups of 4 weight rows split over the threads, ~kGrain products a task.
@@ -194,8 +556,10 @@ template <bool Q4> struct MatmulQK {
   };
 };
 
-template <bp_dtype D> using MatmulQ8K = MatmulQK<false>::K<D>;
-template <bp_dtype D> using MatmulQ4K = MatmulQK<true>::K<D>;
+template <bp_dtype D> using MatmulQ8K = MatmulQK<false, false>::K<D>;
+template <bp_dtype D> using MatmulQ4K = MatmulQK<true, false>::K<D>;
+template <bp_dtype D> using MatmulQ8A8K = MatmulQK<false, true>::K<D>;
+template <bp_dtype D> using MatmulQ4A8K = MatmulQK<true, true>::K<D>;
 
 }  // namespace
 
@@ -205,6 +569,12 @@ void register_quant(sdk::KernelTable& t) {
       {kContiguous, kContiguous, kContiguous});
   add_rows<MatmulQ4K, BP_DTYPE_F32>(
       t, "cpu.matmul_q4", [](bp_dtype) { return std::vector<bp_dtype>{BP_DTYPE_F32, BP_DTYPE_U8, BP_DTYPE_F16, BP_DTYPE_F32}; },
+      {kContiguous, kContiguous, kContiguous});
+  add_rows<MatmulQ8A8K, BP_DTYPE_F32>(
+      t, "cpu.matmul_q8_a8", [](bp_dtype) { return std::vector<bp_dtype>{BP_DTYPE_F32, BP_DTYPE_I8, BP_DTYPE_F16, BP_DTYPE_F32}; },
+      {kContiguous, kContiguous, kContiguous});
+  add_rows<MatmulQ4A8K, BP_DTYPE_F32>(
+      t, "cpu.matmul_q4_a8", [](bp_dtype) { return std::vector<bp_dtype>{BP_DTYPE_F32, BP_DTYPE_U8, BP_DTYPE_F16, BP_DTYPE_F32}; },
       {kContiguous, kContiguous, kContiguous});
 }
 
