@@ -125,7 +125,7 @@ Decoder build(const Config& cfg, const std::string& dtype, uint64_t seed) {
       g.node(name + ".bf16", "matmul", {name + ".in", w});
       g.node(name, "cast", {name + ".bf16"}, {{"dtype", "f32"}});
     } else {
-      g.node(name, "cpu.matmul_" + dtype, {x, w + ".q", w + ".s"});
+      g.node(name, "cpu.matmul_" + dtype + "_a8", {x, w + ".q", w + ".s"});
     }
   };
   g.input("tok", BP_DTYPE_I64, {0}, {"seq"});

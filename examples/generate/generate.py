@@ -30,10 +30,13 @@ inputs change between runs.
 in bf16 (its input rounded to bf16, f32 accumulation, the result rounded to
 bf16 and widened again). `--dtype q8|q4` stores every product's weight in 8- or 4-bit blocks of 32
 with one f16 scale (docs/ops.md, Quantized weights), run by the CPU
-plugin's cpu.matmul_q8/q4 (other devices run their decomposition).
+plugin's cpu.matmul_q8_a8/q4_a8, which round each row of the product's
+input to 8-bit blocks of 32 too and multiply in integers, as ggml's
+Q8_0/Q4_0 do (other devices run their decomposition).
 
 `--check` runs the same weights in PyTorch eager (its own cache grown with
-torch.cat; for q8/q4 the weights the blocks decode to; for bf16 f32
+torch.cat; for q8/q4 the weights the blocks decode to, and each
+product's input rounded to 8-bit blocks as the _a8 ops round it; for bf16 f32
 products of the bf16-rounded inputs and weights, rounded to bf16, as the
 CPU and Vulkan kernels compute them: PyTorch's own bf16 matmul rounds
 partial sums and gave a different 16th token on the small decoder) and exits 1 unless the generated tokens are identical and
@@ -161,7 +164,7 @@ def step_graph(cfg, w, split, dtype="f32"):
             g.node(name + ".bf16", "matmul", [name + ".in", weight])
             g.node(name, "cast", [name + ".bf16"], {"dtype": "f32"})
         else:
-            g.node(name, "cpu.matmul_" + dtype, [x, weight + ".q", weight + ".s"])
+            g.node(name, "cpu.matmul_" + dtype + "_a8", [x, weight + ".q", weight + ".s"])
 
     g.node("te", "index_select", ["tok_emb", "tok"], {"dim": 0}, device=cpu)
     g.node("pe", "index_select", ["pos_emb", "qpos"], {"dim": 0}, device=cpu)
@@ -278,18 +281,29 @@ class Generator:
         return out, len(prompt) / (t1 - t0), (n - 1) / (t2 - t1) if n > 1 else float("nan")
 
 
-def torch_generate(cfg, w, prompt, n, bf16=False):
+def torch_generate(cfg, w, prompt, n, bf16=False, a8=False):
     """The same decoder in PyTorch eager, its cache grown with torch.cat:
     the generated tokens, the last step's logits and generated tokens/s.
-    bf16: the products in bf16, as step_graph runs them."""
+    bf16: the products in bf16, as step_graph runs them. a8: each product's
+    input rounded to 8-bit blocks of 32 first, as cpu.matmul_q8_a8/q4_a8
+    round it (docs/ops.md)."""
     import torch
 
     torch.set_grad_enabled(False)
     t = {k: torch.from_numpy(v) for k, v in w.items()}
 
+    def round_a8(x):
+        # s = max(f32(max|block| / 127 in double), 1e-30); x = rint(x / s) * s
+        blocks = x.reshape(x.shape[0], -1, 32)
+        amax = blocks.abs().amax(dim=2, keepdim=True)
+        s = (amax.double() * (1.0 / 127.0)).float().clamp(min=1e-30)
+        return (torch.round(blocks / s) * s).reshape(x.shape)
+
     def mm(x, name):
         # bf16: the input rounded to bf16, the product in f32 of the bf16
         # weights (ref holds them widened), the result rounded to bf16.
+        if a8:
+            return round_a8(x) @ t[name]
         if not bf16:
             return x @ t[name]
         return (x.bfloat16().float() @ t[name]).bfloat16().float()
@@ -390,7 +404,8 @@ def main():
         print(f"FAIL: nodes ran on {sorted(on)}, the list is {args.device}", file=sys.stderr)
         ok = False
     if args.check:
-        ref, ref_logits, torch_rate = torch_generate(cfg, ref_w, prompt, args.tokens, bf16=args.dtype == "bf16")
+        ref, ref_logits, torch_rate = torch_generate(cfg, ref_w, prompt, args.tokens, bf16=args.dtype == "bf16",
+                                                     a8=args.dtype in ("q8", "q4"))
         logits = gen.plan.output("logits")
         err = float(np.max(np.abs(logits - ref_logits)))
         bound = (1e-2 if args.dtype == "bf16" else 1e-3) * float(np.max(np.abs(ref_logits)))
