@@ -2,7 +2,8 @@
 
 #include <backplane/backplane.hpp>
 
-#include <map>
+#include <algorithm>
+#include <bit>
 
 namespace backplane::detail {
 
@@ -175,9 +176,59 @@ class PatternCompiler {
   size_t i_ = 0;
 };
 
-SchemaPattern::SchemaPattern(std::string pattern) : source_(std::move(pattern)) { PatternCompiler(*this).run(); }
+SchemaPattern::SchemaPattern(std::string pattern) : source_(std::move(pattern)) {
+  PatternCompiler(*this).run();
+  make_masks();
+}
+
+void SchemaPattern::make_masks() {
+  if (states_.size() > 64) return;
+  // closure(x): the Chars and Match states reached from x through Splits.
+  auto closure = [&](int first) {
+    uint64_t seen = 0, out = 0;
+    std::vector<int> stack = {first};
+    while (!stack.empty()) {
+      const int x = stack.back();
+      stack.pop_back();
+      if (seen & (uint64_t{1} << x)) continue;
+      seen |= uint64_t{1} << x;
+      if (states_[x].kind == State::Split) {
+        stack.push_back(states_[x].alt);
+        stack.push_back(states_[x].out);
+      } else {
+        out |= uint64_t{1} << x;
+      }
+    }
+    return out;
+  };
+  takes_.assign(256, 0);
+  after_.assign(states_.size(), 0);
+  for (size_t x = 0; x < states_.size(); ++x) {
+    if (states_[x].kind == State::Match) match_mask_ |= uint64_t{1} << x;
+    if (states_[x].kind != State::Chars) continue;
+    after_[x] = closure(states_[x].out);
+    for (unsigned c = 0; c < 256; ++c)
+      if (states_[x].chars.test(c)) takes_[c] |= uint64_t{1} << x;
+  }
+  start_mask_ = closure(start_);
+  masks_ = true;
+}
 
 bool SchemaPattern::search(std::string_view s) const {
+  if (!masks_) return search_sets(s);
+  // The same run as search_sets, a set of states a bit each.
+  uint64_t cur = start_mask_;
+  for (size_t i = 0;; ++i) {
+    if ((cur & match_mask_) && (!anchor_end_ || i == s.size())) return true;
+    if (i == s.size() || cur == 0) return false;
+    uint64_t next = anchor_start_ ? 0 : start_mask_;  // a match may also start after byte i
+    for (uint64_t live = cur & takes_[static_cast<unsigned char>(s[i])]; live; live &= live - 1)
+      next |= after_[static_cast<size_t>(std::countr_zero(live))];
+    cur = next;
+  }
+}
+
+bool SchemaPattern::search_sets(std::string_view s) const {
   // The states alive after each byte, each with its epsilon closure; a state
   // enters a list at most once per step (marked with the step's number).
   std::vector<int> cur, next, stack;
@@ -217,17 +268,6 @@ bool SchemaPattern::search(std::string_view s) const {
 
 namespace {
 
-bool type_matches(const std::string& t, const nlohmann::json& v) {
-  if (t == "object") return v.is_object();
-  if (t == "array") return v.is_array();
-  if (t == "string") return v.is_string();
-  if (t == "integer") return v.is_number_integer();
-  if (t == "number") return v.is_number();
-  if (t == "boolean") return v.is_boolean();
-  if (t == "null") return v.is_null();
-  return false;
-}
-
 // A value for a message: scalars as JSON, at most 64 characters of them.
 std::string brief(const nlohmann::json& v) {
   if (v.is_structured()) return v.is_array() ? "an array" : "an object";
@@ -236,63 +276,176 @@ std::string brief(const nlohmann::json& v) {
   return v.is_string() ? "\"" + s + "\"" : s;
 }
 
-class Validator {
- public:
-  std::optional<std::string> check(const nlohmann::json& s, const nlohmann::json& v, const std::string& at) {
-    auto fail = [&](const std::string& m) { return std::optional<std::string>("at " + (at.empty() ? "/" : at) + ": " + m); };
-    if (s.contains("type") && !type_matches(s["type"].get<std::string>(), v))
-      return fail("expected " + s["type"].get<std::string>() + ", found " + std::string(v.type_name()));
-    if (s.contains("enum")) {
-      bool found = false;
-      for (auto& e : s["enum"]) found = found || e == v;
-      if (!found) return fail(brief(v) + " is not one of " + s["enum"].dump());
-    }
-    if (v.is_string()) {
-      const auto& str = v.get_ref<const std::string&>();
-      if (s.contains("minLength") && str.size() < s["minLength"].get<size_t>()) return fail("string is too short");
-      if (s.contains("pattern") && !pattern(s["pattern"].get<std::string>()).search(str))
-        return fail(brief(v) + " does not match " + s["pattern"].get<std::string>());
-    }
-    if (v.is_number()) {
-      if (s.contains("minimum") && v.get<double>() < s["minimum"].get<double>()) return fail(v.dump() + " is below the minimum " + s["minimum"].dump());
-      if (s.contains("maximum") && v.get<double>() > s["maximum"].get<double>()) return fail(v.dump() + " is above the maximum " + s["maximum"].dump());
-    }
-    if (v.is_object()) {
-      if (s.contains("required"))
-        for (auto& r : s["required"])
-          if (!v.contains(r.get<std::string>())) return fail("missing required key \"" + r.get<std::string>() + "\"");
-      const auto props = s.value("properties", nlohmann::json::object());
-      for (auto it = v.begin(); it != v.end(); ++it) {
-        if (props.contains(it.key())) {
-          if (auto e = check(props[it.key()], it.value(), at + "/" + it.key())) return e;
-        } else if (s.contains("additionalProperties") && s["additionalProperties"] == false) {
-          return fail("unknown key " + brief(it.key()));
-        }
-      }
-    }
-    if (v.is_array()) {
-      if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return fail("too few items");
-      if (s.contains("items"))
-        for (size_t i = 0; i < v.size(); ++i)
-          if (auto e = check(s["items"], v[i], at + "/" + std::to_string(i))) return e;
-    }
-    return std::nullopt;
-  }
-
- private:
-  // Each pattern compiled once per validation.
-  const SchemaPattern& pattern(const std::string& p) {
-    auto it = patterns_.find(p);
-    if (it == patterns_.end()) it = patterns_.emplace(p, SchemaPattern(p)).first;
-    return it->second;
-  }
-  std::map<std::string, SchemaPattern> patterns_;
-};
-
 }  // namespace
 
+struct CompiledSchema::Node {
+  enum class Type : unsigned char { Any, Object, Array, String, Integer, Number, Boolean, Null, Unknown };
+  Type type = Type::Any;
+  std::string type_name;  // "type" as the schema spells it
+  bool has_enum = false;
+  nlohmann::json enum_values;  // "enum"
+  std::string enum_text;       // ... as the message quotes it
+  std::optional<size_t> min_length, min_items;
+  int pattern = -1;  // into patterns_
+  std::optional<double> minimum, maximum;
+  std::string minimum_text, maximum_text;
+  std::vector<std::string> required;
+  std::vector<std::pair<std::string, int>> properties;  // sorted by name
+  bool closed = false;                                   // "additionalProperties": false
+  int items = -1;
+
+  bool type_matches(const nlohmann::json& v) const {
+    switch (type) {
+      case Type::Any: return true;
+      case Type::Object: return v.is_object();
+      case Type::Array: return v.is_array();
+      case Type::String: return v.is_string();
+      case Type::Integer: return v.is_number_integer();
+      case Type::Number: return v.is_number();
+      case Type::Boolean: return v.is_boolean();
+      case Type::Null: return v.is_null();
+      case Type::Unknown: return false;
+    }
+    return false;
+  }
+};
+
+// Where a value lies, as a chain up to the root on the checker's stack: the
+// text "/plugin/kernels/3" is only made for a message.
+struct CompiledSchema::Path {
+  const Path* up = nullptr;
+  std::string_view key;  // an object's key, or
+  size_t index = 0;      // an array's index
+  bool is_key = false;
+
+  static std::string text(const Path* p) {
+    std::vector<const Path*> chain;
+    for (; p && p->up; p = p->up) chain.push_back(p);  // the root names nothing
+    if (chain.empty()) return "/";
+    std::string out;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it)
+      out += "/" + ((*it)->is_key ? std::string((*it)->key) : std::to_string((*it)->index));
+    return out;
+  }
+};
+
+CompiledSchema::CompiledSchema(const nlohmann::json& schema) { compile(schema); }
+CompiledSchema::~CompiledSchema() = default;
+CompiledSchema::CompiledSchema(CompiledSchema&&) noexcept = default;
+CompiledSchema& CompiledSchema::operator=(CompiledSchema&&) noexcept = default;
+
+// Reads one schema object and those below it; returns its index. Reads each
+// keyword as the checker of every value once did, so a malformed keyword
+// (a "minimum" that is not a number) throws here, once.
+int CompiledSchema::compile(const nlohmann::json& s) {
+  using Type = Node::Type;
+  Node n;
+  if (s.contains("type")) {
+    n.type_name = s["type"].get<std::string>();
+    static const std::pair<const char*, Type> kTypes[] = {
+        {"object", Type::Object},   {"array", Type::Array},     {"string", Type::String}, {"integer", Type::Integer},
+        {"number", Type::Number},   {"boolean", Type::Boolean}, {"null", Type::Null}};
+    n.type = Type::Unknown;  // never matches, as a misspelt type never did
+    for (const auto& [name, t] : kTypes)
+      if (n.type_name == name) n.type = t;
+  }
+  if (s.contains("enum")) {
+    n.has_enum = true;
+    n.enum_values = s["enum"];
+    n.enum_text = n.enum_values.dump();
+  }
+  if (s.contains("minLength")) n.min_length = s["minLength"].get<size_t>();
+  if (s.contains("pattern")) {
+    const auto& source = s["pattern"].get_ref<const std::string&>();
+    for (size_t i = 0; i < patterns_.size() && n.pattern < 0; ++i)
+      if (patterns_[i].source() == source) n.pattern = static_cast<int>(i);
+    if (n.pattern < 0) {
+      patterns_.emplace_back(source);
+      n.pattern = static_cast<int>(patterns_.size()) - 1;
+    }
+  }
+  if (s.contains("minimum")) {
+    n.minimum = s["minimum"].get<double>();
+    n.minimum_text = s["minimum"].dump();
+  }
+  if (s.contains("maximum")) {
+    n.maximum = s["maximum"].get<double>();
+    n.maximum_text = s["maximum"].dump();
+  }
+  if (s.contains("required"))
+    for (const auto& r : s["required"]) n.required.push_back(r.get<std::string>());
+  n.closed = s.contains("additionalProperties") && s["additionalProperties"] == false;
+  if (s.contains("minItems")) n.min_items = s["minItems"].get<size_t>();
+  const int self = static_cast<int>(nodes_.size());
+  nodes_.push_back(std::move(n));
+  // Children after the parent is in place (nodes_ may move as it grows).
+  if (s.contains("properties")) {
+    std::vector<std::pair<std::string, int>> props;
+    for (const auto& [key, sub] : s["properties"].items()) props.emplace_back(key, compile(sub));
+    std::sort(props.begin(), props.end());
+    nodes_[static_cast<size_t>(self)].properties = std::move(props);
+  }
+  if (s.contains("items")) {
+    const int items = compile(s["items"]);
+    nodes_[static_cast<size_t>(self)].items = items;
+  }
+  return self;
+}
+
+std::optional<std::string> CompiledSchema::check(const nlohmann::json& value) const {
+  const Path root;
+  return check(0, value, &root);
+}
+
+std::optional<std::string> CompiledSchema::check(int node, const nlohmann::json& v, const Path* at) const {
+  const Node& s = nodes_[static_cast<size_t>(node)];
+  auto fail = [&](const std::string& m) { return std::optional<std::string>("at " + Path::text(at) + ": " + m); };
+  if (!s.type_matches(v)) return fail("expected " + s.type_name + ", found " + std::string(v.type_name()));
+  if (s.has_enum && std::none_of(s.enum_values.begin(), s.enum_values.end(), [&](const nlohmann::json& e) { return e == v; }))
+    return fail(brief(v) + " is not one of " + s.enum_text);
+  if (v.is_string()) {
+    const auto& str = v.get_ref<const std::string&>();
+    if (s.min_length && str.size() < *s.min_length) return fail("string is too short");
+    if (s.pattern >= 0 && !patterns_[static_cast<size_t>(s.pattern)].search(str))
+      return fail(brief(v) + " does not match " + patterns_[static_cast<size_t>(s.pattern)].source());
+  }
+  if (v.is_number()) {
+    if (s.minimum && v.get<double>() < *s.minimum) return fail(v.dump() + " is below the minimum " + s.minimum_text);
+    if (s.maximum && v.get<double>() > *s.maximum) return fail(v.dump() + " is above the maximum " + s.maximum_text);
+  }
+  if (v.is_object()) {
+    for (const auto& r : s.required)
+      if (!v.contains(r)) return fail("missing required key \"" + r + "\"");
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string& key = it.key();
+      const auto p = std::lower_bound(s.properties.begin(), s.properties.end(), key,
+                                      [](const std::pair<std::string, int>& e, const std::string& k) { return e.first < k; });
+      if (p != s.properties.end() && p->first == key) {
+        const Path here{at, key, 0, true};
+        if (auto e = check(p->second, it.value(), &here)) return e;
+      } else if (s.closed) {
+        return fail("unknown key " + brief(key));
+      }
+    }
+  }
+  if (v.is_array()) {
+    if (s.min_items && v.size() < *s.min_items) return fail("too few items");
+    if (s.items >= 0)
+      for (size_t i = 0; i < v.size(); ++i) {
+        const Path here{at, {}, i, false};
+        if (auto e = check(s.items, v[i], &here)) return e;
+      }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> validate_json(const nlohmann::json& schema, const nlohmann::json& value) {
-  return Validator().check(schema, value, "");
+  return CompiledSchema(schema).check(value);
+}
+
+const CompiledSchema& manifest_schema_compiled() {
+  static const CompiledSchema schema(manifest_schema());
+  return schema;
 }
 
 }  // namespace backplane::detail
