@@ -54,7 +54,7 @@ PluginInfo parse_manifest(const std::filesystem::path& path) {
   constexpr uint64_t kMaxManifest = uint64_t{4} << 20;
   const Json j =
       detail::parse_json_bounded(detail::read_regular_file(path, kMaxManifest, "4 MiB", where + ": "), where + ": ");
-  if (auto err = detail::validate_json(detail::manifest_schema(), j)) throw Error(where + ": " + *err);
+  if (auto err = detail::manifest_schema_compiled().check(j)) throw Error(where + ": " + *err);
   const auto& p = j["plugin"];
   PluginInfo info;
   info.manifest_path = path;
@@ -81,14 +81,23 @@ PluginInfo parse_manifest(const std::filesystem::path& path) {
   std::error_code ec;
   info.library_path = std::filesystem::weakly_canonical(path.parent_path() / lib, ec);
   if (ec) info.library_path = path.parent_path() / lib;
-  for (size_t i = 0; i < p["kernels"].size(); ++i) {
-    const auto& k = p["kernels"][i];
+  // The schema has checked every field's type: read them in place (a CPU
+  // manifest has 500+ rows, read at every Runtime::create).
+  const auto& kernels = p["kernels"];
+  info.kernels.reserve(kernels.size());
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const auto& k = kernels[i];
     KernelInfo ki;
-    ki.op = k["op"];
-    for (auto& d : k["dtypes"]) ki.dtypes.push_back(*dtype_from_name(d.get<std::string>()));
-    for (auto& l : k["layouts"]) ki.layouts.push_back(l == "strided" ? BP_LAYOUT_STRIDED : BP_LAYOUT_CONTIGUOUS);
-    ki.bundle_slots = k.value("bundle_slots", 0u);
-    ki.variadic = k.value("variadic", false);
+    ki.op = k["op"].get_ref<const std::string&>();
+    const auto& dtypes = k["dtypes"];
+    const auto& layouts = k["layouts"];
+    ki.dtypes.reserve(dtypes.size());
+    ki.layouts.reserve(layouts.size());
+    for (const auto& d : dtypes) ki.dtypes.push_back(*dtype_from_name(d.get_ref<const std::string&>()));
+    for (const auto& l : layouts)
+      ki.layouts.push_back(l.get_ref<const std::string&>() == "strided" ? BP_LAYOUT_STRIDED : BP_LAYOUT_CONTIGUOUS);
+    if (const auto b = k.find("bundle_slots"); b != k.end()) ki.bundle_slots = b->get<uint32_t>();
+    if (const auto v = k.find("variadic"); v != k.end()) ki.variadic = v->get<bool>();
     if (ki.layouts.size() + 1 != ki.dtypes.size())
       throw Error(where + ": kernel #" + std::to_string(i) + " (" + ki.op + ") has " + std::to_string(ki.dtypes.size()) +
                   " dtypes for " + std::to_string(ki.layouts.size()) + " inputs (expected inputs + 1)");
