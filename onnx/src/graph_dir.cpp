@@ -1,5 +1,6 @@
 // An imported graph as a graph file: DIR/graph.json, its constants as .npy
-// files under DIR/weights, its inputs declared by dtype and shape.
+// files under DIR/weights, its inputs declared by dtype and shape (a
+// dynamic dim by its name).
 #include <backplane/onnx.hpp>
 
 #include <fstream>
@@ -12,7 +13,13 @@ std::filesystem::path write_graph_dir(const Graph& graph, const std::filesystem:
   int k = 0;
   for (const auto& in : graph.inputs()) {
     if (!in.constant) {
-      inputs[in.name] = {{"dtype", std::string(dtype_name(in.dtype))}, {"shape", in.shape}};
+      // A dynamic dim by its name: "shape": [1, "seq", 64].
+      Json shape = Json::array();
+      for (size_t i = 0; i < in.shape.size(); ++i) {
+        if (i < in.dim_names.size() && !in.dim_names[i].empty()) shape.push_back(in.dim_names[i]);
+        else shape.push_back(in.shape[i]);
+      }
+      inputs[in.name] = {{"dtype", std::string(dtype_name(in.dtype))}, {"shape", shape}};
       continue;
     }
     // File names from a counter: value names may hold any character.

@@ -43,6 +43,11 @@ std::string Importer::unique(const std::string& base) {
   return name;
 }
 
+std::string Importer::origin(const ::onnx::NodeProto& n) {
+  return "node '" + (n.name().empty() ? (n.output_size() ? n.output(0) : std::string("?")) : n.name()) + "' (" + n.op_type() +
+         ")";
+}
+
 std::string Importer::where(const ::onnx::NodeProto& n) const {
   return label_ + ": node '" + (n.name().empty() ? (n.output_size() ? n.output(0) : std::string("?")) : n.name()) + "' (" +
          n.op_type() + ", opset " + std::to_string(opset_) + ")";
@@ -53,6 +58,7 @@ ValPtr Importer::constant(HostTensor t, const std::string& base) {
   v->base = base;
   v->type = {t.dtype, t.shape, {}};
   v->value = std::make_shared<HostTensor>(std::move(t));
+  if (current_node_) v->origin = origin(*current_node_);
   return v;
 }
 
@@ -60,12 +66,13 @@ void Importer::ensure_in_graph(const ValPtr& v) {
   if (v->in_graph) return;
   if (!v->value) throw Error(label_ + ": internal: value '" + v->base + "' has neither a node nor data");
   v->name = unique(sanitize(v->base));
-  // Small constants are kept for later folding; large ones move into the graph.
+  if (!v->origin.empty()) origins_[v->name] = v->origin;
+  // Small constants are kept for later folding; large ones go to the graph,
+  // which shares their data (an initializer's with the model's other imports).
   if (v->value->nbytes() <= kKeepBytes) {
     graph_.constant(v->name, *v->value);
   } else {
-    graph_.constant(v->name, std::move(*v->value));
-    v->value.reset();
+    graph_.constant(v->name, std::shared_ptr<const HostTensor>(std::move(v->value)));
     v->moved = true;
   }
   weight_bytes_ += dtype_size(v->type.dtype) * static_cast<uint64_t>(std::max<int64_t>(0, numel(v->type.shape)));
@@ -101,6 +108,7 @@ ValPtr Importer::emit(const std::string& base, const std::string& op, const std:
   auto out = std::make_shared<Val>();
   out->base = base;
   out->type = r.out;
+  if (current_node_) out->origin = origin(*current_node_);
   // Folding: every input known, small enough, one output.
   if (known && !r.out.is_bundle() && numel(r.out.shape) <= options_.fold_limit) {
     bool small = true;
@@ -127,6 +135,7 @@ ValPtr Importer::emit(const std::string& base, const std::string& op, const std:
   std::vector<std::string> names;
   for (const auto& v : ins) names.push_back(v ? v->name : std::string());
   graph_.node(out->name, op, std::move(names), std::move(node.params));
+  if (!out->origin.empty()) origins_[out->name] = out->origin;
   out->in_graph = true;
   return out;
 }
@@ -224,6 +233,7 @@ Shape Importer::input_shape(const ::onnx::ValueInfoProto& vi, const std::string&
     // Dynamic: a named dim, or an unnamed one.
     const std::string sym = d.has_dim_param() ? d.dim_param() : std::string();
     int64_t v = g;
+    if (auto p = probe_.find(sym); !sym.empty() && p != probe_.end()) v = p->second;
     if (v < 0 && !sym.empty()) {
       auto it = options_.dims.find(sym);
       if (it != options_.dims.end()) v = it->second;
@@ -283,9 +293,9 @@ int64_t default_opset(const ::onnx::ModelProto& model, const std::string& label)
   return opset;
 }
 
-ImportedModel Importer::run(::onnx::ModelProto& model) {
+ImportedModel Importer::run(const ::onnx::ModelProto& model, const Initializers& initializers) {
   opset_ = default_opset(model, label_);
-  auto& g = *model.mutable_graph();
+  const auto& g = model.graph();
   const auto live = live_nodes(g);
 
   // Every op without a mapping, before any work.
@@ -314,10 +324,14 @@ ImportedModel Importer::run(::onnx::ModelProto& model) {
   // Initializers: constants (an input of the same name takes its default from
   // the initializer, which is then the value used).
   std::set<std::string> init_names;
-  for (auto& t : *g.mutable_initializer()) {
-    const std::string where = label_ + ": initializer '" + t.name() + "'";
-    vals_[t.name()] = constant(tensor_from_proto(t, base_dir_, where, true), t.name());
-    init_names.insert(t.name());
+  for (const auto& [name, t] : initializers) {
+    auto v = std::make_shared<Val>();
+    v->base = name;
+    v->type = {t->dtype, t->shape, {}};
+    v->value = t;
+    v->origin = "initializer '" + name + "'";
+    vals_[name] = std::move(v);
+    init_names.insert(name);
   }
   for (const auto& vi : g.input()) {
     if (init_names.count(vi.name())) continue;
@@ -353,6 +367,7 @@ ImportedModel Importer::run(::onnx::ModelProto& model) {
     if (skip_.count(live[k])) continue;
     const std::string w = where(n);
     current_ = &w;
+    current_node_ = &n;
     next_ = k + 1 < live.size() ? &g.node(live[k + 1]) : nullptr;
     next_index_ = k + 1 < live.size() ? live[k + 1] : -1;
     handlers().at(n.op_type())(*this, n);
@@ -361,6 +376,7 @@ ImportedModel Importer::run(::onnx::ModelProto& model) {
         throw Error(w + ": output '" + o + "' is used but the import does not produce it", BP_ERR_UNIMPLEMENTED);
   }
   current_ = nullptr;
+  current_node_ = nullptr;
 
   for (const auto& o : g.output()) {
     auto it = vals_.find(o.name());
@@ -377,6 +393,7 @@ ImportedModel Importer::run(::onnx::ModelProto& model) {
       Json p{{"shape", v->type.shape}};
       used_.insert(want);
       graph_.node(want, "reshape", {name}, p);
+      origins_[want] = "output '" + o.name() + "'";
       name = want;
       current_ = nullptr;
     }
@@ -407,8 +424,7 @@ ImportedModel finish(::onnx::ModelProto& m, const ImportOptions& options, const 
                      const std::filesystem::path& base) {
   detail::default_opset(m, label);  // before the checker: its complaint about an old opset is less clear
   detail::check_model(m, label, base);
-  detail::Importer imp(options, label, base);
-  return imp.run(m);
+  return detail::import_model(m, options, label, base);
 }
 
 }  // namespace

@@ -29,11 +29,21 @@ struct Val {
   std::shared_ptr<HostTensor> value;  // known at import
   bool in_graph = false;
   bool moved = false;  // its data went into the graph (no longer here for folding)
+  std::string origin;  // the ONNX node that made it ("node 'q' (Reshape)"), for messages
 };
 using ValPtr = std::shared_ptr<Val>;
 
 // The model's opset of the default domain; Error outside kMinOpset-kMaxOpset.
 int64_t default_opset(const ::onnx::ModelProto& model, const std::string& label);
+
+// The model's initializers, converted once and shared by every import of
+// the model (the trial import and the probes of a dynamic import).
+using Initializers = std::map<std::string, std::shared_ptr<HostTensor>>;
+
+// Imports a checked model: once, or (dynamic dims kept) at the trial sizes
+// and at others, the graphs compared (dynamic.cpp).
+ImportedModel import_model(::onnx::ModelProto& model, const ImportOptions& options, const std::string& label,
+                           const std::filesystem::path& base);
 
 class Importer;
 using Handler = std::function<void(Importer&, const ::onnx::NodeProto&)>;
@@ -41,14 +51,23 @@ const std::map<std::string, Handler>& handlers();
 
 class Importer {
  public:
-  Importer(const ImportOptions& options, std::string label, std::filesystem::path base_dir)
-      : options_(options), label_(std::move(label)), base_dir_(std::move(base_dir)) {}
-  ImportedModel run(::onnx::ModelProto& model);
+  // `probe`: sizes that replace those of the options for these named dims
+  // (the other sizes a dynamic import imports the model at).
+  Importer(const ImportOptions& options, std::string label, std::filesystem::path base_dir,
+           std::map<std::string, int64_t> probe = {})
+      : options_(options), label_(std::move(label)), base_dir_(std::move(base_dir)), probe_(std::move(probe)) {}
+  // The graph is static: every dynamic dim at its size.
+  ImportedModel run(const ::onnx::ModelProto& model, const Initializers& initializers);
+  // After run: each graph value's origin ("node 'q' (Reshape)"), and the
+  // size of every named dynamic dim.
+  const std::map<std::string, std::string>& origins() const { return origins_; }
+  const std::map<std::string, int64_t>& dim_values() const { return dim_values_; }
 
   // --- for the handlers ---------------------------------------------------
   int64_t opset() const { return opset_; }
   const ImportOptions& options() const { return options_; }
   std::string where(const ::onnx::NodeProto& n) const;
+  static std::string origin(const ::onnx::NodeProto& n);  // "node 'NAME' (OpType)"
   // Input k of n (nullptr when absent or ""), or an Error when required.
   ValPtr get(const ::onnx::NodeProto& n, int k) const;
   ValPtr need(const ::onnx::NodeProto& n, int k) const;
@@ -101,7 +120,10 @@ class Importer {
   std::map<std::string, ValPtr> vals_;
   std::set<std::string> used_;
   std::map<std::string, int> uses_;
+  std::map<std::string, int64_t> probe_;
   std::map<std::string, int64_t> dim_values_;
+  std::map<std::string, std::string> origins_;
+  const ::onnx::NodeProto* current_node_ = nullptr;
   std::set<int> skip_;
   const ::onnx::NodeProto* next_ = nullptr;
   int next_index_ = -1;

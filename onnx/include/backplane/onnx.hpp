@@ -9,9 +9,10 @@
 //
 // The model is parsed with ONNX's own protobuf classes and checked with its
 // checker; every node is mapped onto the standard ops of docs/ops.md (some
-// ONNX ops become several: Gemm, HardSwish, BatchNormalization, ...). Shapes
-// are static after import: a dynamic dim (`batch`, `sequence`) takes its
-// size from `input_shapes` or `dims`. Subgraphs whose inputs are all known
+// ONNX ops become several: Gemm, HardSwish, BatchNormalization, ...). A
+// dynamic dim (`batch`, `sequence`) takes its size from `input_shapes` or
+// `dims`; with `keep_dynamic` or `dynamic_dims` a named one stays dynamic in
+// the graph (that size is then only the one imported at). Subgraphs whose inputs are all known
 // at import (shape arithmetic: Shape, Gather, Concat, ConstantOfShape,
 // Range, ...) are folded into constants. Initializers become graph constants
 // (copied once out of the parsed model, whose copy is freed as it goes).
@@ -26,6 +27,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +44,20 @@ struct ImportOptions {
   // The size of any dynamic dim neither of the above gives (-1: none; such
   // a dim is then an error naming it).
   int64_t default_dim = -1;
+  // Keep the named dynamic dims of the model's inputs dynamic in the graph
+  // (Graph::input with dim names), so that one plan runs at every size
+  // (docs/host-guide.md, Dynamic dims). The sizes above are then the trial
+  // sizes the model is imported at. A dim the graph cannot keep, because a
+  // node needs a param or a constant computed from its size that no
+  // size-independent param can replace (a Range or Trilu of `seq` elements,
+  // a Reshape with two entries that follow dims), is fixed at its trial size
+  // with a note in ImportedModel::notes naming the node ("dim 'seq' fixed at
+  // 16: node 'r' (Range) makes a constant that depends on it ..."). Unnamed
+  // dynamic dims are always fixed. docs/onnx.md, Dynamic dims.
+  bool keep_dynamic = false;
+  // Dims that must stay dynamic (with or without keep_dynamic): one that
+  // cannot is an Error naming the node, and so is a name no input has.
+  std::set<std::string> dynamic_dims;
   // Fold a BatchNormalization that follows a Conv into the Conv's weights
   // and bias (exact up to f32 rounding of the folded weights).
   bool fold_batch_norm = true;
@@ -67,6 +83,13 @@ struct ImportedModel {
   // What the import did beyond a one-to-one mapping ("3 BatchNormalization
   // folded into Conv", "41 nodes evaluated at import").
   std::vector<std::string> notes;
+  // The dims the graph keeps dynamic (keep_dynamic, dynamic_dims), in the
+  // order the model's inputs name them, and their sizes at import: the
+  // first sizes for a plan (CompileOptions::dims = m.dims).
+  std::vector<std::string> dynamic_dims;
+  std::map<std::string, int64_t> dims;
+  // The named dynamic dims of the model's inputs fixed at import, and their sizes.
+  std::map<std::string, int64_t> fixed_dims;
 };
 
 // Reads and imports an ONNX file (external data is read from beside it).
