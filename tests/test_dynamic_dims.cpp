@@ -244,3 +244,39 @@ TEST_CASE("dynamic dims: a graph file names them in a shape", "[dynamic][graph]"
   REQUIRE(out.at("y").shape == Shape{4, 3});
   for (int64_t i = 0; i < 12; ++i) CHECK(out.at("y").get(i) == -static_cast<double>(i));
 }
+
+// Would catch: a "$ctx" param left as a string (the slice refused, or
+// reading the whole buffer), substituted with another dim's size, or an
+// unknown name accepted.
+TEST_CASE("dynamic dims: a param naming a dim follows its size", "[dynamic]") {
+  auto rt = make_runtime();
+  // y = sum over the first ctx rows of a [16, 3] constant, for a graph
+  // input whose shape gives ctx (and seq, to check names are not mixed up).
+  const HostTensor table = ramp({16, 3}, 0.37, 0.2);
+  Graph g;
+  g.input("ids", BP_DTYPE_F32, {0}, {"ctx"});
+  g.input("q", BP_DTYPE_F32, {0}, {"seq"});
+  g.constant("table", table);
+  g.node("rows", "slice", {"table"}, {{"dim", 0}, {"start", 0}, {"end", "$ctx"}});
+  g.node("y", "sum", {"rows"}, {{"dims", {0}}});
+  g.node("shape", "reshape", {"q"}, {{"shape", {"$seq", 1}}});
+  g.output("y");
+  g.output("shape");
+  Plan p = rt->compile(g, rt->device("cpu"));
+  for (const int64_t ctx : {3, 16, 1, 9}) {
+    INFO("ctx " << ctx);
+    const auto out = p.run({{"ids", HostTensor(BP_DTYPE_F32, {ctx})}, {"q", HostTensor(BP_DTYPE_F32, {2})}});
+    REQUIRE(out.at("y").shape == Shape{3});
+    for (int64_t j = 0; j < 3; ++j) {
+      double want = 0;
+      for (int64_t r = 0; r < ctx; ++r) want += table.get(r * 3 + j);
+      CHECK(std::abs(out.at("y").get(j) - want) <= 1e-5);
+    }
+    CHECK(out.at("shape").shape == Shape{2, 1});
+  }
+  Graph bad = g;
+  bad.node("z", "slice", {"table"}, {{"dim", 0}, {"end", "$len"}});
+  bad.output("z");
+  CHECK_THROWS_WITH(rt->compile(bad, rt->device("cpu")),
+                    Catch::Contains("node 'z' (slice): param 'end' names '$len', which is no dynamic dim of the graph"));
+}

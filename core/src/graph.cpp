@@ -72,6 +72,27 @@ Graph Graph::specialized(const std::map<std::string, int64_t>& dims) const {
     in.dim_names.clear();
     detail::checked_numel(in.shape, "graph input '" + in.name + "'");
   }
+  // A param value "$name" (alone, or as an element of a list) is the
+  // dynamic dim's size: slice(cache, end="$ctx") follows ctx.
+  for (auto& n : g.nodes_) {
+    if (!n.params.is_object()) continue;
+    for (auto& [key, value] : n.params.items()) {
+      const auto sub = [&](Json& v) {
+        if (!v.is_string()) return;
+        const std::string& s = v.get_ref<const std::string&>();
+        if (s.size() < 2 || s[0] != '$') return;
+        auto it = dims.find(s.substr(1));
+        if (it == dims.end())
+          throw Error("node '" + n.name + "' (" + n.op + "): param '" + key + "' names '" + s +
+                      "', which is no dynamic dim of the graph");
+        v = it->second;
+      };
+      if (value.is_array())
+        for (auto& e : value) sub(e);
+      else
+        sub(value);
+    }
+  }
   return g;
 }
 

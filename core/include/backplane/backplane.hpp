@@ -253,7 +253,9 @@ class Graph {
   // The dynamic dims' names, in order of first appearance (empty: static).
   std::vector<std::string> dynamic_dims() const;
   // A copy with every dynamic dim given its size (each must be named in
-  // `dims`, >= 0); constants are shared, not copied.
+  // `dims`, >= 0); constants are shared, not copied. A node param that is
+  // the string "$name" (or such an element of a list param) becomes the
+  // size of dynamic dim `name`.
   Graph specialized(const std::map<std::string, int64_t>& dims) const;
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<std::string>& outputs() const { return outputs_; }
