@@ -17,11 +17,13 @@ One step graph runs `seq` tokens, `seq` a dynamic dim: the whole prompt in
 one run, then each generated token (seq = 1). Per layer it computes the
 tokens' q, k and v, writes k and v at rows pos .. pos + seq - 1 of the
 layer's caches with `slice_update` (the caches are device Tensors bound as
-both input and output: in place, the new rows' bytes), and attends over all
-`max_seq` rows with each token's later positions masked to -inf (the mask
-is built in the graph from the tokens' positions). One plan serves both
-sizes, a specialization each, the weights' buffers shared; only the
-inputs change between runs.
+both input and output: in place, the new rows' bytes), and attends over
+the caches' first `ctx` rows, a view (`slice` with `"end": "$ctx"`), with
+each token's later positions masked to -inf (the mask is built in the
+graph from the tokens' positions). `ctx`, a second dynamic dim, is the
+tokens' end rounded up to 32, so a step reads the rows in use, not all
+`max_seq`. One plan serves every size, a specialization per (seq, ctx),
+the weights' buffers shared; only the inputs change between runs.
 
 `--device vulkan0,cpu` is the split: the embedding lookup and the sampling
 (argmax) pinned to the CPU, the blocks on vulkan0.
@@ -151,7 +153,10 @@ def step_graph(cfg, w, split, dtype="f32"):
             g.node(name, "permute", [name + ".t"], {"dims": [1, 0]})
         else:
             g.constant(name, value)
-    g.constant("positions", np.arange(s, dtype=np.int64))
+    # The cache rows attention reads: 0 .. ctx - 1, where ctx (a second
+    # dynamic dim) is the tokens' end rounded up to CTX_STEP: a few
+    # specializations serve every length, and no step reads unused rows.
+    g.input("kpos", "i64", ["ctx"])
     g.constant("zero", np.zeros(1, np.float32))
     g.constant("neg_inf", np.full(1, -np.inf, np.float32))
     g.constant("scale", np.full(1, 1.0 / np.sqrt(hd), np.float32))
@@ -172,7 +177,7 @@ def step_graph(cfg, w, split, dtype="f32"):
     # The causal mask over the cache's rows, a row per token: 0 up to the
     # token's position, -inf after.
     g.node("qcol", "reshape", ["qpos"], {"shape": [-1, 1]})
-    g.node("visible", "le", ["positions", "qcol"])
+    g.node("visible", "le", ["kpos", "qcol"])
     g.node("mask", "where", ["visible", "zero", "neg_inf"])
     x = "x0"
     for i in range(cfg["layers"]):
@@ -185,12 +190,14 @@ def step_graph(cfg, w, split, dtype="f32"):
             product(p + n, p + "h", p + "w" + n)
         g.node(kin + "_out", "slice_update", [kin, p + "k", "pos"], {"dim": 0})
         g.node(vin + "_out", "slice_update", [vin, p + "v", "pos"], {"dim": 0})
-        # Heads: q [h, seq, hd]; keys [h, hd, s]; values [h, s, hd] (views).
+        # Heads: q [h, seq, hd]; keys [h, hd, ctx]; values [h, ctx, hd] (views).
         g.node(p + "qr", "reshape", [p + "q"], {"shape": [-1, h, hd]})
         g.node(p + "qh", "permute", [p + "qr"], {"dims": [1, 0, 2]})
-        g.node(p + "kr", "reshape", [kin + "_out"], {"shape": [s, h, hd]})
+        g.node(p + "kc", "slice", [kin + "_out"], {"dim": 0, "start": 0, "end": "$ctx"})
+        g.node(p + "vc", "slice", [vin + "_out"], {"dim": 0, "start": 0, "end": "$ctx"})
+        g.node(p + "kr", "reshape", [p + "kc"], {"shape": [-1, h, hd]})
         g.node(p + "kt", "permute", [p + "kr"], {"dims": [1, 2, 0]})
-        g.node(p + "vr", "reshape", [vin + "_out"], {"shape": [s, h, hd]})
+        g.node(p + "vr", "reshape", [p + "vc"], {"shape": [-1, h, hd]})
         g.node(p + "vt", "permute", [p + "vr"], {"dims": [1, 0, 2]})
         g.node(p + "scores", "matmul", [p + "qh", p + "kt"])
         g.node(p + "scaled", "mul", [p + "scores", "scale"])
@@ -216,6 +223,14 @@ def step_graph(cfg, w, split, dtype="f32"):
     g.output("logits")
     g.output("next")
     return g
+
+
+CTX_STEP = 32
+
+
+def ctx_for(end, max_seq):
+    """The cache rows a step at tokens ending at `end` attends over."""
+    return min(max_seq, -(-end // CTX_STEP) * CTX_STEP)
 
 
 class Generator:
@@ -258,6 +273,7 @@ class Generator:
         self.plan.set_input("tok", np.asarray(toks, np.int64))
         self.plan.set_input("qpos", np.arange(pos, pos + len(toks), dtype=np.int64))
         self.plan.set_input("pos", np.array([pos], np.int64))
+        self.plan.set_input("kpos", np.arange(ctx_for(pos + len(toks), self.cfg["max_seq"]), dtype=np.int64))
         self.plan.execute()
         return int(self.plan.output("next")[0])
 
