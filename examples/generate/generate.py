@@ -43,7 +43,12 @@ products of the bf16-rounded inputs and weights, rounded to bf16, as the
 CPU and Vulkan kernels compute them: PyTorch's own bf16 matmul rounds
 partial sums and gave a different 16th token on the small decoder) and exits 1 unless the generated tokens are identical and
 the last step's logits agree within 1e-3 of their largest magnitude (bf16:
-1e-2, as its products' outputs carry 8 significant bits).
+1e-2, as its products' outputs carry 8 significant bits). q8/q4 are
+compared teacher forced (PyTorch fed the tokens generated here), the last
+logits within 5e-2 of the largest: rounding each product's input makes a
+one-ulp difference upstream one of a rounding step, and on the bench
+decoder PyTorch differs from itself by ~1.3% with its weights scaled by
+1 + 1e-7, enough to swap a close top two.
 """
 
 import argparse
@@ -297,12 +302,14 @@ class Generator:
         return out, len(prompt) / (t1 - t0), (n - 1) / (t2 - t1) if n > 1 else float("nan")
 
 
-def torch_generate(cfg, w, prompt, n, bf16=False, a8=False):
+def torch_generate(cfg, w, prompt, n, bf16=False, a8=False, forced=None):
     """The same decoder in PyTorch eager, its cache grown with torch.cat:
     the generated tokens, the last step's logits and generated tokens/s.
     bf16: the products in bf16, as step_graph runs them. a8: each product's
     input rounded to 8-bit blocks of 32 first, as cpu.matmul_q8_a8/q4_a8
-    round it (docs/ops.md)."""
+    round it (docs/ops.md). forced: the tokens fed back instead of its own
+    (teacher forcing, so the last logits are those of the same context);
+    the tokens returned are still its own choices at each step."""
     import torch
 
     torch.set_grad_enabled(False)
@@ -356,7 +363,7 @@ def torch_generate(cfg, w, prompt, n, bf16=False, a8=False):
     for i in range(n):
         out.append(nxt)
         if i + 1 < n:
-            nxt, logits = step(nxt, len(prompt) + i)
+            nxt, logits = step(nxt if forced is None else forced[i], len(prompt) + i)
     rate = (n - 1) / (time.perf_counter() - t1) if n > 1 else float("nan")
     return out, logits.numpy(), rate
 
@@ -420,17 +427,28 @@ def main():
         print(f"FAIL: nodes ran on {sorted(on)}, the list is {args.device}", file=sys.stderr)
         ok = False
     if args.check:
+        # q8/q4 round each product's input to 8-bit blocks: a rounding step
+        # turns an upstream difference of one ulp into one of s_a, so two
+        # correct runs (PyTorch against itself with weights scaled by
+        # 1 + 1e-7) differ by ~1.3% of the largest logit on the bench
+        # decoder, and a close top two can swap. They are compared teacher
+        # forced (PyTorch fed our tokens), the logits within 5% of the
+        # largest, the argmax agreement reported.
+        quantized = args.dtype in ("q8", "q4")
         ref, ref_logits, torch_rate = torch_generate(cfg, ref_w, prompt, args.tokens, bf16=args.dtype == "bf16",
-                                                     a8=args.dtype in ("q8", "q4"))
+                                                     a8=quantized, forced=tokens if quantized else None)
         logits = gen.plan.output("logits")
         err = float(np.max(np.abs(logits - ref_logits)))
-        bound = (1e-2 if args.dtype == "bf16" else 1e-3) * float(np.max(np.abs(ref_logits)))
+        rel = 5e-2 if quantized else 1e-2 if args.dtype == "bf16" else 1e-3
+        bound = rel * float(np.max(np.abs(ref_logits)))
         same = ref == tokens
-        print(f"PyTorch eager: generated tokens/s {torch_rate:.1f}; tokens {'identical' if same else 'DIFFER'}; "
+        agree = sum(a == b for a, b in zip(ref, tokens))
+        what = ("identical" if same else "DIFFER") if not quantized else f"{agree} of {len(tokens)} the same, teacher forced"
+        print(f"PyTorch eager: generated tokens/s {torch_rate:.1f}; tokens {what}; "
               f"last logits max |error| {err:.2e} (bound {bound:.2e})")
         if not same:
             print("PyTorch tokens:", " ".join(map(str, ref)), file=sys.stderr)
-        ok = ok and same and err <= bound
+        ok = ok and (same or quantized) and err <= bound
     return 0 if ok else 1
 
 
