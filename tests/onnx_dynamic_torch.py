@@ -10,6 +10,7 @@ block has random weights of a fixed seed.
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tests", required=True, help="the backplane_tests binary")
     ap.add_argument("--work", required=True, help="a folder for the model and the .npy files")
+    ap.add_argument("--cli", help="the backplane program: also `import --dynamic` and run the graph file")
     args = ap.parse_args()
     try:
         import numpy as np
@@ -66,7 +68,31 @@ def main():
     with open(os.path.join(args.work, "lengths.txt"), "w") as f:
         f.write(" ".join(map(str, LENGTHS)) + "\n")
     env = dict(os.environ, BACKPLANE_TORCH_DYN_DIR=args.work)
-    return subprocess.call([args.tests, "[.onnx_dynamic_torch]"], env=env)
+    rc = subprocess.call([args.tests, "[.onnx_dynamic_torch]"], env=env)
+    if rc != 0 or not args.cli:
+        return rc
+    # Would catch: the flag not reaching the importer (a fixed [1, 7, 32]
+    # input), or a graph file that runs at one length only.
+    out_dir = os.path.join(args.work, "imported")
+    subprocess.check_call([args.cli, "import", path, "--out", out_dir, "--dynamic", "--dim", "seq=6"])
+    with open(os.path.join(out_dir, "graph.json")) as f:
+        shape = json.load(f)["inputs"]["x"]["shape"]
+    if shape != [1, "seq", 32]:
+        print("FAIL: import --dynamic wrote x as %s, not [1, \"seq\", 32]" % shape)
+        return 1
+    for s in sorted(set(LENGTHS)):
+        res = os.path.join(args.work, "run_%d" % s)
+        subprocess.check_call([args.cli, "run", os.path.join(out_dir, "graph.json"), "--device", "cpu",
+                               "--input", "x=" + os.path.join(args.work, "x_%d.npy" % s), "--out", res],
+                              stdout=subprocess.DEVNULL)
+        got = np.load(os.path.join(res, "y.npy"))
+        want = np.load(os.path.join(args.work, "y_%d.npy" % s))
+        err = float(np.max(np.abs(got - want)))
+        print("graph file at seq=%d: max |error| %.2e" % (s, err))
+        if got.shape != want.shape or err > 1e-4 * float(np.max(np.abs(want))):
+            print("FAIL: the imported graph file at seq=%d" % s)
+            return 1
+    return 0
 
 
 if __name__ == "__main__":

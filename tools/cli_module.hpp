@@ -21,7 +21,7 @@
 namespace backplane::cli {
 
 // One more whenever a table below changes.
-inline constexpr uint32_t kCliModuleAbi = 1;
+inline constexpr uint32_t kCliModuleAbi = 2;
 
 struct ServeModule {
   uint32_t abi;
@@ -34,8 +34,10 @@ struct OnnxModule {
   uint32_t size;
   // Imports an ONNX file into m: its graph, the import's notes, the graph's
   // names for the model's, opset, constants' bytes, the import's time.
+  // keep_dynamic: named dims stay dynamic where the graph allows
+  // (onnx::ImportOptions::keep_dynamic).
   void (*import_model)(const std::filesystem::path& path, const std::map<std::string, int64_t>& dims,
-                       const std::map<std::string, Shape>& input_shapes, LoadedModel& m);
+                       const std::map<std::string, Shape>& input_shapes, bool keep_dynamic, LoadedModel& m);
   // onnx::write_graph_dir: DIR/graph.json and DIR/weights; the graph file's path.
   std::filesystem::path (*write_graph_dir)(const Graph& graph, const std::filesystem::path& dir);
 };

@@ -12,12 +12,13 @@ namespace backplane::cli {
 int cmd_import(const Args& in) {
   Args args = in;
   const std::string out_dir = take_option(args, "--out");
+  const bool dynamic = take_switch(args, "--dynamic");
   if (args.empty() || args.front().rfind("--", 0) == 0 || out_dir.empty())
-    throw Error("import needs a model and a folder: backplane import MODEL.onnx --out DIR [--input NAME=FILE.npy]... [--dim NAME=N]...");
+    throw Error("import needs a model and a folder: backplane import MODEL.onnx --out DIR [--input NAME=FILE.npy]... [--dim NAME=N]... [--dynamic]");
   const std::filesystem::path path = args.front();
   args.erase(args.begin());
   if (!is_onnx_path(path)) throw Error(path.string() + ": import takes an ONNX model (.onnx)");
-  LoadedModel m = load_model(path, args, true);
+  LoadedModel m = load_model(path, args, true, dynamic);
   reject_leftovers(args);
   const auto file = onnx_module().write_graph_dir(m.file.graph, out_dir);
   std::map<std::string, int> ops;
@@ -29,9 +30,17 @@ int cmd_import(const Args& in) {
   std::printf("  ops: %s\n", list.c_str());
   for (const auto& note : m.notes)
     if (note.rfind("input '", 0) != 0) std::printf("  %s\n", note.c_str());
-  for (const auto& in : m.file.graph.inputs())
-    if (!in.constant)
-      std::printf("  input  %-12s %-4s %s\n", in.name.c_str(), std::string(dtype_name(in.dtype)).c_str(), shape_str(in.shape).c_str());
+  for (const auto& in : m.file.graph.inputs()) {
+    if (in.constant) continue;
+    std::string shape = shape_str(in.shape);
+    if (!in.dim_names.empty()) {  // a dynamic dim by its name: [1, seq, 64]
+      shape = "[";
+      for (size_t i = 0; i < in.shape.size(); ++i)
+        shape += (i ? ", " : "") + (in.dim_names[i].empty() ? std::to_string(in.shape[i]) : in.dim_names[i]);
+      shape += "]";
+    }
+    std::printf("  input  %-12s %-4s %s\n", in.name.c_str(), std::string(dtype_name(in.dtype)).c_str(), shape.c_str());
+  }
   for (const auto& o : m.file.graph.outputs()) std::printf("  output %s\n", o.c_str());
   std::printf("wrote %s (run it: backplane run %s --input NAME=FILE.npy)\n", file.string().c_str(), file.string().c_str());
   return 0;

@@ -23,8 +23,9 @@ commands:
                                         LIST: devices in order of preference (acme0,cpu) or auto;
                                         --explain shows where each node runs and every transfer,
                                         and what the optimizer replaced (--optimize none: nothing)
-  import MODEL.onnx --out DIR [--input NAME=FILE.npy]... [--dim NAME=N]...
+  import MODEL.onnx --out DIR [--input NAME=FILE.npy]... [--dim NAME=N]... [--dynamic]
                                         an ONNX model as DIR/graph.json, weights in DIR/weights
+                                        (--dynamic: named dims stay dynamic where the graph allows)
   demo [--device NAME|all] [--no-prepare]
                                         the main job: a Mamba-style block on built-in data,
                                         on every device, cross-checked, timed (--no-prepare:

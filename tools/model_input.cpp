@@ -39,7 +39,7 @@ HostTensor random_tensor(bp_dtype dt, const Shape& shape, uint32_t seed) {
 
 }  // namespace
 
-LoadedModel load_model(const std::filesystem::path& path, Args& args, bool random_inputs) {
+LoadedModel load_model(const std::filesystem::path& path, Args& args, bool random_inputs, bool keep_dynamic) {
   LoadedModel m;
   std::map<std::string, HostTensor> given;
   for (const auto& s : take_all(args, "--input")) {
@@ -66,7 +66,7 @@ LoadedModel load_model(const std::filesystem::path& path, Args& args, bool rando
 #ifdef BACKPLANE_HAVE_ONNX
     std::map<std::string, Shape> shapes;
     for (const auto& [name, t] : given) shapes[name] = t.shape;
-    onnx_module().import_model(path, dims, shapes, m);
+    onnx_module().import_model(path, dims, shapes, keep_dynamic, m);
     // --input keys are the model's names (or the graph's, where they differ).
     for (auto& [name, t] : given) {
       std::string key = name;
@@ -84,7 +84,7 @@ LoadedModel load_model(const std::filesystem::path& path, Args& args, bool rando
   }
   uint32_t seed = 0;
   for (const auto& in : m.file.graph.inputs()) {
-    if (in.constant || m.file.inputs.count(in.name)) continue;
+    if (in.constant || m.file.inputs.count(in.name) || !in.dim_names.empty()) continue;
     if (!random_inputs)
       throw Error("input '" + in.name + "' (" + std::string(dtype_name(in.dtype)) + " " + shape_str(in.shape) +
                   ") has no data: give it with --input " + in.name + "=FILE.npy");

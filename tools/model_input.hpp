@@ -26,8 +26,10 @@ struct LoadedModel {
 
 // Takes every --input and --dim from args. `random_inputs`: inputs without
 // data get reproducible random values (uniform [-1, 1) for floats, zeros for
-// integers) instead of an error.
-LoadedModel load_model(const std::filesystem::path& path, Args& args, bool random_inputs);
+// integers) instead of an error. keep_dynamic: an ONNX model's named dims
+// stay dynamic where the graph allows (`import --dynamic`); its dynamic
+// inputs get no data.
+LoadedModel load_model(const std::filesystem::path& path, Args& args, bool random_inputs, bool keep_dynamic = false);
 
 // Every value of a repeated option (--input a=x.npy --input b=y.npy).
 std::vector<std::string> take_all(Args& args, const std::string& name);

@@ -12,10 +12,11 @@ namespace backplane::cli {
 namespace {
 
 void import_model(const std::filesystem::path& path, const std::map<std::string, int64_t>& dims,
-                  const std::map<std::string, Shape>& input_shapes, LoadedModel& m) {
+                  const std::map<std::string, Shape>& input_shapes, bool keep_dynamic, LoadedModel& m) {
   onnx::ImportOptions opt;
   opt.dims = dims;
   opt.input_shapes = input_shapes;
+  opt.keep_dynamic = keep_dynamic;
   const auto t0 = std::chrono::steady_clock::now();
   auto im = onnx::import_file(path, opt);
   m.import_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
