@@ -11,6 +11,8 @@
 #include <catch2/catch.hpp>
 #include <onnx/onnx_pb.h>
 
+#include "onnx_model_builder.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,83 +25,10 @@
 
 using namespace backplane;
 namespace bpx = backplane::onnx;
+using backplane::test::ModelBuilder;
+using backplane::test::error_of;
 
 namespace {
-
-struct Builder {
-  ::onnx::ModelProto m;
-  ::onnx::GraphProto* g;
-  Builder() {
-    m.set_ir_version(8);
-    m.set_producer_name("backplane-test");
-    auto* o = m.add_opset_import();
-    o->set_domain("");
-    o->set_version(13);
-    g = m.mutable_graph();
-    g->set_name("dyn");
-  }
-  Builder& input(const std::string& name, const std::vector<std::string>& dims, int elem = ::onnx::TensorProto::FLOAT) {
-    auto* vi = g->add_input();
-    vi->set_name(name);
-    auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(elem);
-    auto* sh = tt->mutable_shape();
-    for (const auto& d : dims) {
-      auto* dim = sh->add_dim();
-      if (std::isdigit(static_cast<unsigned char>(d[0])) != 0) dim->set_dim_value(std::stoll(d));
-      else dim->set_dim_param(d);
-    }
-    return *this;
-  }
-  Builder& output(const std::string& name, int elem = ::onnx::TensorProto::FLOAT) {
-    auto* vi = g->add_output();
-    vi->set_name(name);
-    vi->mutable_type()->mutable_tensor_type()->set_elem_type(elem);
-    vi->mutable_type()->mutable_tensor_type()->mutable_shape();
-    return *this;
-  }
-  Builder& init_f(const std::string& name, std::vector<int64_t> dims, const std::vector<float>& v) {
-    auto* t = g->add_initializer();
-    t->set_name(name);
-    t->set_data_type(::onnx::TensorProto::FLOAT);
-    for (auto d : dims) t->add_dims(d);
-    for (auto x : v) t->add_float_data(x);
-    return *this;
-  }
-  Builder& init_i(const std::string& name, std::vector<int64_t> dims, const std::vector<int64_t>& v) {
-    auto* t = g->add_initializer();
-    t->set_name(name);
-    t->set_data_type(::onnx::TensorProto::INT64);
-    for (auto d : dims) t->add_dims(d);
-    for (auto x : v) t->add_int64_data(x);
-    return *this;
-  }
-  ::onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
-    auto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(out.at(0) + "_node");
-    for (auto& i : in) n->add_input(i);
-    for (auto& o : out) n->add_output(o);
-    return n;
-  }
-  std::string bytes() const { return m.SerializeAsString(); }
-};
-
-void attr_ints(::onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(::onnx::AttributeProto::INTS);
-  for (auto x : v) a->add_ints(x);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 std::string all_notes(const bpx::ImportedModel& m) {
   std::string s;
@@ -113,7 +42,7 @@ std::string all_notes(const bpx::ImportedModel& m) {
 //   z = Reshape(x, [1, seq·8])                                    [1, seq·8]
 //   t = x[:, 1:]  (Slice with end INT64_MAX)                      [1, seq - 1, 8]
 std::string seq_model() {
-  Builder b;
+  ModelBuilder b;
   b.input("x", {"1", "seq", "8"}).output("y").output("z").output("t");
   std::vector<float> w;
   for (int i = 0; i < 8; ++i) w.push_back(static_cast<float>(i + 1) * 0.5f);
@@ -139,7 +68,7 @@ std::string seq_model() {
     return a;
   }());
   b.node("Reshape", {"xw", "target"}, {"r"});
-  attr_ints(b.node("Transpose", {"r"}, {"y"}), "perm", {0, 2, 1, 3});
+  ModelBuilder::attr_ints(b.node("Transpose", {"r"}, {"y"}), "perm", {0, 2, 1, 3});
   b.node("Mul", {"seq_1", "eight"}, {"flat"});
   auto* c2 = b.node("Concat", {"one", "flat"}, {"target2"});
   auto* a = c2->add_attribute();
@@ -238,7 +167,7 @@ namespace {
 // x [seq] + Cast(Range(0, seq, 1)): the range is a constant of seq
 // elements, which no param can replace.
 std::string range_model() {
-  Builder b;
+  ModelBuilder b;
   b.input("x", {"seq"}).output("y");
   b.init_i("zero", {}, {0});
   b.init_i("step", {}, {1});
@@ -258,7 +187,7 @@ std::string range_model() {
 // x [b, seq, 4] reshaped to [b, seq, 2, 2] by a target from its shape: two
 // entries follow dims, and a reshape infers one.
 std::string two_dims_model() {
-  Builder b;
+  ModelBuilder b;
   b.input("x", {"b", "seq", "4"}).output("y");
   b.init_i("two", {1}, {2});
   b.init_i("s0", {1}, {0});
