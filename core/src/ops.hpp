@@ -51,6 +51,10 @@ bool is_known_op(const std::string& op);
 // Its last input repeats (concat, fused_elementwise): kernels are keyed by
 // (first input, output) and flagged BP_KERNEL_FLAG_VARIADIC.
 bool is_variadic_op(const std::string& op);
+// Input i of `op` repeats a variadic input whose repeats the op table types
+// each on its own (fused_elementwise's conditions), and `dtype` is one it
+// takes: it may differ from the kernel row's dtype for that input.
+bool own_typed_repeat(const std::string& op, size_t i, bp_dtype dtype);
 
 // The inputs of `op` that may be null or left out: [first, total). Ops
 // without optional inputs have none (first == total == 0).

@@ -336,6 +336,13 @@ bool is_variadic_op(const std::string& op) {
   return s && s->variadic();
 }
 
+bool own_typed_repeat(const std::string& op, size_t i, bp_dtype dtype) {
+  const OpSpec* s = find_op(op);
+  if (!s || !s->variadic() || i < s->inputs.size()) return false;
+  const InputSpec& last = s->inputs.back();
+  return last.each_own && in_set(dtype, last.dtypes);
+}
+
 OptionalInputs optional_inputs(const std::string& op) {
   const OpSpec* s = find_op(op);
   if (!s || s->variadic() || s->required_inputs() == s->inputs.size()) return {};

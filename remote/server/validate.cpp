@@ -189,9 +189,10 @@ std::string check_call(const Call& call, const CallContext& ctx, CheckedCall& ou
     }
     bp_dtype dt{};
     if (auto e = decode_dtype(s.dtype(), dt); !e.empty()) return what + ": " + e;
-    // fused_elementwise's inputs after x0 may also be conditions.
-    const bool condition = k.op == "fused_elementwise" && i > 0 && dt == BP_DTYPE_BOOL;
-    if (dt != key && !condition)
+    // A repeat the op table types on its own (fused_elementwise's
+    // conditions) may differ from the row's dtype; the re-inference below
+    // checks it against the program.
+    if (dt != key && !detail::own_typed_repeat(k.op, i, dt))
       return what + " is " + std::string(dtype_name(dt)) + "; the kernel takes " + std::string(dtype_name(key));
     if (auto e = check_range(s, ctx, what); !e.empty()) return e;
     const bp_layout& l = out.layouts[i];
