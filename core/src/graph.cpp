@@ -76,7 +76,9 @@ Graph Graph::specialized(const std::map<std::string, int64_t>& dims) const {
   // dynamic dim's size: slice(cache, end="$ctx") follows ctx.
   for (auto& n : g.nodes_) {
     if (!n.params.is_object()) continue;
-    for (auto& [key, value] : n.params.items()) {
+    for (auto it = n.params.begin(); it != n.params.end(); ++it) {
+      const std::string key = it.key();  // not a structured binding: the lambda captures it
+      Json& value = it.value();
       const auto sub = [&](Json& v) {
         if (!v.is_string()) return;
         const std::string& s = v.get_ref<const std::string&>();
