@@ -24,7 +24,7 @@ const char* const kOp = "fused_elementwise";
 class Fuser {
  public:
   Fuser(const Graph& g, const std::vector<Node>& nodes, const std::vector<std::string>& keep)
-      : g_(g), nodes_(nodes) {
+      : nodes_(nodes) {
     // Types by name: the graph's, then every standard node of the list in
     // order (later passes add values of their own; a vendor node keeps the
     // name and type of what it replaced, or stays unknown).
@@ -194,7 +194,6 @@ class Fuser {
     return std::to_string(members.size()) + " elementwise nodes (" + listed(names) + ")";
   }
 
-  const Graph& g_;
   const std::vector<Node>& nodes_;
   std::map<std::string, ValueType> types_;
   std::map<std::string, size_t> producer_;
