@@ -1056,7 +1056,30 @@ class Acceptor {
 
 }  // namespace
 
+namespace {
+
+// Under an address-space limit (RLIMIT_AS, `ulimit -v`) each thread's stack
+// counts whole against it, 8 MiB apiece by default: the server's threads
+// (gRPC's, which run the kernel calls) get kLimitedStack instead, so an
+// isolated child still starts under a few hundred MB of limit.
+constexpr size_t kLimitedStack = size_t{2} << 20;
+
+void fit_thread_stacks_to_limit() {
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return;
+  pthread_attr_t attr;
+  if (pthread_getattr_default_np(&attr) != 0) return;
+  size_t size = 0;
+  if (pthread_attr_getstacksize(&attr, &size) == 0 && (size == 0 || size > kLimitedStack) &&
+      pthread_attr_setstacksize(&attr, kLimitedStack) == 0)
+    pthread_setattr_default_np(&attr);
+  pthread_attr_destroy(&attr);
+}
+
+}  // namespace
+
 int serve(Runtime& runtime, const ServerOptions& options) {
+  fit_thread_stacks_to_limit();
   if (options.listen.empty() == options.unix_path.empty())
     throw Error("serve: give exactly one of --listen HOST:PORT and --unix PATH");
   if (options.token.empty()) throw Error("serve: a token is required (--token-file)");
