@@ -260,8 +260,10 @@ TEST_CASE("dynamic dims: a param naming a dim follows its size", "[dynamic]") {
   g.node("rows", "slice", {"table"}, {{"dim", 0}, {"start", 0}, {"end", "$ctx"}});
   g.node("y", "sum", {"rows"}, {{"dims", {0}}});
   g.node("shape", "reshape", {"q"}, {{"shape", {"$seq", 1}}});
+  g.node("tail", "slice", {"table"}, {{"dim", 0}, {"start", "$ctx - 1"}, {"end", "$ctx"}});
   g.output("y");
   g.output("shape");
+  g.output("tail");
   Plan p = rt->compile(g, rt->device("cpu"));
   for (const int64_t ctx : {3, 16, 1, 9}) {
     INFO("ctx " << ctx);
@@ -273,6 +275,9 @@ TEST_CASE("dynamic dims: a param naming a dim follows its size", "[dynamic]") {
       CHECK(std::abs(out.at("y").get(j) - want) <= 1e-5);
     }
     CHECK(out.at("shape").shape == Shape{2, 1});
+    // An expression of dims: the last of the ctx rows.
+    REQUIRE(out.at("tail").shape == Shape{1, 3});
+    for (int64_t j = 0; j < 3; ++j) CHECK(out.at("tail").get(j) == table.get((ctx - 1) * 3 + j));
   }
   Graph bad = g;
   bad.node("z", "slice", {"table"}, {{"dim", 0}, {"end", "$len"}});

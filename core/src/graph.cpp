@@ -2,6 +2,7 @@
 #include "checked.hpp"
 #include "input_files.hpp"
 #include "ops.hpp"
+#include "vendor_ops.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -72,27 +73,32 @@ Graph Graph::specialized(const std::map<std::string, int64_t>& dims) const {
     in.dim_names.clear();
     detail::checked_numel(in.shape, "graph input '" + in.name + "'");
   }
-  // A param value "$name" (alone, or as an element of a list) is the
-  // dynamic dim's size: slice(cache, end="$ctx") follows ctx.
+  // A param value "$expr" (alone, or as an element of a list) is evaluated
+  // over the dims' sizes as a decomposition's params are
+  // (eval_param_expression): slice(cache, end="$ctx") follows ctx.
+  Json sizes = Json::object();
+  for (const auto& [name, size] : dims) sizes[name] = size;
   for (auto& n : g.nodes_) {
     if (!n.params.is_object()) continue;
     for (auto it = n.params.begin(); it != n.params.end(); ++it) {
       const std::string key = it.key();  // not a structured binding: the lambda captures it
-      Json& value = it.value();
       const auto sub = [&](Json& v) {
         if (!v.is_string()) return;
         const std::string& s = v.get_ref<const std::string&>();
         if (s.size() < 2 || s[0] != '$') return;
-        auto it = dims.find(s.substr(1));
-        if (it == dims.end())
-          throw Error("node '" + n.name + "' (" + n.op + "): param '" + key + "' names '" + s +
-                      "', which is no dynamic dim of the graph");
-        v = it->second;
+        const std::string where = "node '" + n.name + "' (" + n.op + "): param '" + key + "'";
+        if (s.find_first_of("+-*/() ", 1) == std::string::npos && !dims.count(s.substr(1)))
+          throw Error(where + " names '" + s + "', which is no dynamic dim of the graph");
+        try {
+          v = detail::eval_param_expression(s.substr(1), sizes, {});
+        } catch (const Error& e) {
+          throw Error(where + ": " + e.what());
+        }
       };
-      if (value.is_array())
-        for (auto& e : value) sub(e);
+      if (it.value().is_array())
+        for (auto& e : it.value()) sub(e);
       else
-        sub(value);
+        sub(it.value());
     }
   }
   return g;
