@@ -20,6 +20,7 @@
 #include "importer.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 namespace backplane::onnx::detail {
@@ -166,22 +167,40 @@ class Rewriter {
     }
   }
 
-  Node reshape(const Node& n0, size_t i, const std::vector<Probe*>& differ) {
-    const auto s0 = n0.params.at("shape").get<std::vector<int64_t>>();
+  // A node's "shape" param in every import: the trial's, each probe's (in
+  // differ's order), and the entries that change (all, and per dim);
+  // nullopt when a probe's has another length.
+  struct ShapeDiff {
+    std::vector<int64_t> s0;
+    std::vector<std::vector<int64_t>> probes;
     std::set<size_t> changed;
     std::map<std::string, std::set<size_t>> by_dim;
+  };
+  static std::optional<ShapeDiff> shape_diff(const Node& n0, size_t i, const std::vector<Probe*>& differ) {
+    ShapeDiff d;
+    d.s0 = n0.params.at("shape").get<std::vector<int64_t>>();
     for (Probe* p : differ) {
-      const auto sp = p->graph.nodes()[i].params.at("shape").get<std::vector<int64_t>>();
-      if (sp.size() != s0.size()) {
-        param_problem(n0, i, differ);
-        return n0;
-      }
-      for (size_t k = 0; k < s0.size(); ++k)
-        if (sp[k] != s0[k]) {
-          changed.insert(k);
-          by_dim[p->dim].insert(k);
+      auto sp = p->graph.nodes()[i].params.at("shape").get<std::vector<int64_t>>();
+      if (sp.size() != d.s0.size()) return std::nullopt;
+      for (size_t k = 0; k < d.s0.size(); ++k)
+        if (sp[k] != d.s0[k]) {
+          d.changed.insert(k);
+          d.by_dim[p->dim].insert(k);
         }
+      d.probes.push_back(std::move(sp));
     }
+    return d;
+  }
+
+  Node reshape(const Node& n0, size_t i, const std::vector<Probe*>& differ) {
+    const auto diff = shape_diff(n0, i, differ);
+    if (!diff) {
+      param_problem(n0, i, differ);
+      return n0;
+    }
+    const auto& s0 = diff->s0;
+    const auto& changed = diff->changed;
+    const auto& by_dim = diff->by_dim;
     const bool has_infer = std::count(s0.begin(), s0.end(), -1) > 0;
     if (changed.size() == 1 && !has_infer) {
       Node n = n0;
@@ -249,27 +268,23 @@ class Rewriter {
   }
 
   Node broadcast_to(const Node& n0, size_t i, const std::vector<Probe*>& differ, Result& r) {
-    const auto s0 = n0.params.at("shape").get<std::vector<int64_t>>();
-    std::set<size_t> changed;
-    std::vector<std::pair<std::vector<int64_t>, const Shape*>> all{{s0, &shape_in(s0_, n0.inputs.at(0))}};
-    for (Probe* p : differ) {
-      const auto sp = p->graph.nodes()[i].params.at("shape").get<std::vector<int64_t>>();
-      if (sp.size() != s0.size()) {
-        param_problem(n0, i, differ);
-        return n0;
-      }
-      for (size_t k = 0; k < s0.size(); ++k)
-        if (sp[k] != s0[k]) changed.insert(k);
-      all.push_back({sp, &shape_in(p->shapes, n0.inputs.at(0))});
+    const auto diff = shape_diff(n0, i, differ);
+    if (!diff) {
+      param_problem(n0, i, differ);
+      return n0;
     }
+    const auto& s0 = diff->s0;
+    const auto& changed = diff->changed;
+    std::vector<std::pair<const std::vector<int64_t>*, const Shape*>> all{{&s0, &shape_in(s0_, n0.inputs.at(0))}};
+    for (size_t j = 0; j < differ.size(); ++j) all.push_back({&diff->probes[j], &shape_in(differ[j]->shapes, n0.inputs.at(0))});
     // Every changing entry is x's own size (right-aligned) in every import.
     for (const auto& [s, x] : all)
       for (size_t k : changed) {
-        const int64_t xi = static_cast<int64_t>(k) - static_cast<int64_t>(s.size() - x->size());
-        if (xi < 0 || (*x)[static_cast<size_t>(xi)] != s[k]) {
-        param_problem(n0, i, differ);
-        return n0;
-      }
+        const int64_t xi = static_cast<int64_t>(k) - static_cast<int64_t>(s->size() - x->size());
+        if (xi < 0 || (*x)[static_cast<size_t>(xi)] != (*s)[k]) {
+          param_problem(n0, i, differ);
+          return n0;
+        }
       }
     Shape ones(s0.begin(), s0.end());
     for (size_t k : changed) ones[k] = 1;
