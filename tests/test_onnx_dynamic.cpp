@@ -152,6 +152,44 @@ TEST_CASE("onnx dynamic: Shape/Gather/Concat/Reshape and Slice run at every seq 
   std::filesystem::remove_all(dir);
 }
 
+// Would catch: an Expand whose target follows seq left as a broadcast_to of
+// the trial size (wrong shape at other lengths), or the dim fixed instead.
+TEST_CASE("onnx dynamic: an Expand to x's own seq becomes a broadcast that follows it", "[onnx][dynamic]") {
+  // y = Expand(x, Shape(x) * [1, 1, 4]): x [1, seq, 1] -> [1, seq, 4].
+  ModelBuilder b;
+  b.input("x", {"1", "seq", "1"}).output("y");
+  b.init_i("k", {3}, {1, 1, 4});
+  b.node("Shape", {"x"}, {"s"});
+  b.node("Mul", {"s", "k"}, {"t"});
+  b.node("Expand", {"x", "t"}, {"y"});
+  bpx::ImportOptions opt;
+  opt.keep_dynamic = true;
+  opt.dims["seq"] = 3;
+  auto m = bpx::import_bytes(b.bytes(), opt, "expand.onnx");
+  INFO(all_notes(m));
+  REQUIRE(m.dynamic_dims == std::vector<std::string>{"seq"});
+  bool rewritten = false;
+  for (const auto& n : m.graph.nodes()) {
+    CHECK(n.op != "broadcast_to");
+    rewritten = rewritten || n.op == "where";
+  }
+  CHECK(rewritten);
+  auto rt = Runtime::create();
+  CompileOptions co;
+  co.dims = m.dims;
+  Plan plan = rt->compile(m.graph, rt->device("cpu"), co);
+  for (int64_t seq : {3, 6, 1}) {
+    INFO("seq = " << seq);
+    std::vector<double> v;
+    for (int64_t i = 0; i < seq; ++i) v.push_back(0.25 * static_cast<double>(i) - 1.0);
+    const HostTensor xin = HostTensor::from_doubles(BP_DTYPE_F32, {1, seq, 1}, v);
+    const HostTensor y = plan.run({{"x", xin}}).at("y");
+    REQUIRE(y.shape == Shape{1, seq, 4});
+    for (int64_t i = 0; i < seq; ++i)
+      for (int64_t j = 0; j < 4; ++j) CHECK(y.get(i * 4 + j) == v[static_cast<size_t>(i)]);
+  }
+}
+
 TEST_CASE("onnx dynamic: without keep_dynamic every dim is fixed as before", "[onnx][dynamic]") {
   bpx::ImportOptions opt;
   opt.dims["seq"] = 3;
