@@ -289,6 +289,9 @@ template <bool Q4> A8Rows quantize_rows(const QuantArgs& g, A8Path path) {
   r.s.assign(static_cast<size_t>(g.M * r.nbp), 0.0f);
   r.c.assign(static_cast<size_t>(g.M * r.nbp), 0);
   const int32_t offset = Q4 ? 8 : (path == A8Path::vnni ? 128 : 0);
+  // The rounding is the same on every path: the fastest this CPU has, also
+  // for the scalar layout (a prompt's rows).
+  const A8Path rounding = a8_path();
   alignas(64) int8_t blk[kBlock];
   for (int64_t m = 0; m < g.M; ++m) {
     int8_t* q = r.q.data() + m * r.nbp * kBlock;
@@ -297,9 +300,9 @@ template <bool Q4> A8Rows quantize_rows(const QuantArgs& g, A8Path path) {
     for (int64_t b = 0; b < r.nb; ++b) {
       const float* a = g.a + m * g.lda + b * kBlock;
       int32_t sum = 0;
-      const float sc = path == A8Path::vnni   ? quantize_block_avx512(a, blk, &sum)
-                       : path == A8Path::avx2 ? quantize_block_avx2(a, blk, &sum)
-                                              : quantize_block(a, blk, &sum);
+      const float sc = rounding == A8Path::vnni   ? quantize_block_avx512(a, blk, &sum)
+                       : rounding == A8Path::avx2 ? quantize_block_avx2(a, blk, &sum)
+                                                  : quantize_block(a, blk, &sum);
       int64_t pos = b;
       if (C > 1) {
         const int64_t i = (b % C) % L, grp = (b % C) / L;
