@@ -9,6 +9,7 @@
 
 #include "backplane_remote.grpc.pb.h"
 #include "codec.hpp"
+#include "frames.hpp"
 #include "remote_test_support.hpp"
 
 #include <backplane/backplane.hpp>
@@ -761,5 +762,139 @@ TEST_CASE("serve limits: at most 16 sessions run at once, and a slot frees when 
   INFO("last refusal: " << why);
   CHECK(ok);
   for (auto& s : open) s->end();
+}
+// ---- the framed transport of isolated children ------------------------------------------------
+
+// A raw client of an isolated child's socket (remote/wire/frames.hpp).
+struct FramedClient {
+  int fd = -1;
+  explicit FramedClient(const LimitedServer& server) {
+    fd = server.connect_raw();
+    REQUIRE(fd >= 0);
+    const int flags = ::fcntl(fd, F_GETFL);
+    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    // Every read below is bounded: a server that never answers fails the test.
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~FramedClient() { ::close(fd); }
+  bool send_raw(const std::string& bytes) { return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()); }
+  static std::string header(uint32_t n) {
+    std::string h(4, '\0');
+    for (int i = 0; i < 4; ++i) h[static_cast<size_t>(i)] = static_cast<char>(n >> (8 * i));
+    return h;
+  }
+  bool token(const std::string& t) { return rp::write_frame_bytes(fd, t); }
+  // The next frame as a Response, or nullopt when the server closed the socket.
+  std::optional<rp::Response> next() {
+    std::string bytes;
+    rp::FrameRead how;
+    how.max_bytes = 100 << 20;
+    how.timeout_ms = 10000;
+    if (rp::read_frame(fd, bytes, how) != rp::FrameResult::ok) return std::nullopt;
+    rp::Response r;
+    if (!r.ParseFromString(bytes)) return std::nullopt;
+    return r;
+  }
+  std::optional<rp::Response> ask(const rp::Request& req) {
+    std::string scratch;
+    if (!rp::write_frame(fd, req, scratch)) return std::nullopt;
+    return next();
+  }
+  // The server closed the socket (a bounded wait).
+  bool closed() { return closed_by_server(fd, Clock::now() + std::chrono::seconds(10)); }
+};
+
+// `backplane serve --isolated-child` on a unix socket, as a host starts it
+// (no private folder: the test's temporary one holds the socket).
+std::vector<std::string> child_args(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--isolated-child", "--plugin-dir", BACKPLANE_PLUGIN_DIR};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// Catches: a child that answers a wrong token with anything but a refusal,
+// takes an oversized token or request (or one over its memory budget) into
+// memory, stops serving after a garbage or truncated frame, or keeps a
+// connection that never authenticates open past --idle-timeout.
+TEST_CASE("serve abuse: an isolated child's framed socket refuses what a stranger sends and lives on", "[remote][abuse]") {
+  LimitedServer server(child_args({"--idle-timeout", "300"}), Limits{});
+  auto serves = [&] {
+    FramedClient c(server);
+    if (!c.token(kToken)) return false;
+    auto r = c.ask(hello());
+    return r && r->has_hello() && r->hello().devices_size() >= 1;
+  };
+  REQUIRE(serves());
+  SECTION("a wrong token: one refusal, then the socket closes") {
+    FramedClient c(server);
+    REQUIRE(c.token("not-the-token-0123456789"));
+    auto r = c.next();
+    REQUIRE(r);
+    CHECK(r->failure().message() == "a valid token is required");
+    CHECK(!r->has_hello());
+    CHECK(c.closed());
+  }
+  SECTION("a token frame of 1 MiB: closed unread") {
+    FramedClient c(server);
+    REQUIRE(c.send_raw(FramedClient::header(1u << 20) + std::string(4096, 'x')));
+    CHECK(c.closed());
+  }
+  SECTION("nothing at all: closed after --idle-timeout") {
+    FramedClient c(server);
+    CHECK(c.closed());
+  }
+  SECTION("garbage as a request: a failure, and the session goes on") {
+    FramedClient c(server);
+    REQUIRE(c.token(kToken));
+    const std::string junk(64, '\xff');
+    REQUIRE(c.send_raw(FramedClient::header(64) + junk));
+    auto r = c.next();
+    REQUIRE(r);
+    INFO(r->failure().message());
+    CHECK(r->has_failure());
+    CHECK_THAT(r->failure().message(), Catch::StartsWith("request"));
+    auto h = c.ask(hello());
+    REQUIRE(h);
+    CHECK(h->has_hello());
+  }
+  SECTION("a request announced over the message limit: refused naming it, then closed") {
+    FramedClient c(server);
+    REQUIRE(c.token(kToken));
+    REQUIRE(c.send_raw(FramedClient::header(0xfffffff0u)));
+    auto r = c.next();
+    REQUIRE(r);
+    CHECK_THAT(r->failure().message(), Catch::Contains("4294967280 bytes") && Catch::Contains("message limit"));
+    CHECK(c.closed());
+  }
+  SECTION("a frame cut short by a closed socket") {
+    FramedClient c(server);
+    REQUIRE(c.token(kToken));
+    REQUIRE(c.send_raw(FramedClient::header(1000) + std::string(10, '\0')));
+  }
+  // Whatever the stranger did, the next client is served.
+  CHECK(serves());
+  CHECK(server.alive());
+}
+
+// Catches: a framed session whose request bytes are not held against
+// --max-total-memory while it is read (16 sessions of 80 MiB each would
+// then pin 1.3 GB before a byte is checked).
+TEST_CASE("serve abuse: an isolated child counts a request's bytes against its memory cap before reading them", "[remote][abuse]") {
+  LimitedServer server(child_args({"--max-total-memory", "8388608"}), Limits{});
+  FramedClient c(server);
+  REQUIRE(c.token(kToken));
+  REQUIRE(c.send_raw(FramedClient::header(16u << 20)));
+  auto r = c.next();
+  REQUIRE(r);
+  INFO(r->failure().message());
+  CHECK(r->failure().code() == BP_ERR_UNAVAILABLE);
+  CHECK_THAT(r->failure().message(), Catch::Contains("16777216 bytes") && Catch::Contains("8388608"));
+  CHECK(c.closed());
+  FramedClient next(server);
+  REQUIRE(next.token(kToken));
+  auto h = next.ask(hello());
+  REQUIRE(h);
+  CHECK(h->has_hello());
 }
 #endif  // BACKPLANE_HAVE_REMOTE

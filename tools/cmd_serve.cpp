@@ -107,6 +107,8 @@ int cmd_serve(const Args& in) {
     if (plugin_dir.empty() || o.plugins.size() != 1) throw Error("serve: --isolated-child needs --plugin-dir and one --plugin");
     ro.use_default_path = false;
     ro.use_environment = false;
+    // Its host speaks the framed transport to it, not gRPC.
+    o.framed = true;
     // It ends with the host that started it, however the host ended (kill
     // -9 included): the host's private folder for it goes (socket, token,
     // log), and so does its process group (a plugin's forked helpers) when

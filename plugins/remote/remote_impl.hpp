@@ -1,5 +1,7 @@
 // The `remote` plugin: devices that live in another process, on this machine
-// or another, reached over gRPC (remote/wire/backplane_remote.proto). An ordinary
+// or another, reached over gRPC (remote/wire/backplane_remote.proto), or, for
+// an isolated plugin's child, the same messages framed on a unix socket
+// (remote/wire/frames.hpp; link.cpp). An ordinary
 // plugin to the host: same ABI, same manifest rules, built with the SDK.
 //
 // Instances (ABI 1.2 bp_plugin_query.instance):
@@ -18,7 +20,8 @@
 // inputs and outputs travel.
 //
 // Files: remote_impl.hpp (the types: servers, devices, runs, instances),
-// child.cpp (the child process of an isolated plugin), session.cpp
+// child.cpp (the child process of an isolated plugin), link.cpp (the two
+// transports), session.cpp
 // (connecting, the session's exchanges, an instance's tables and life),
 // api.cpp (the ABI entries and the entry symbol).
 #pragma once
@@ -121,16 +124,37 @@ struct Guard {
   std::thread thread;
 };
 
+// The transport of one session: requests out, responses back in order.
+//  - GrpcLink: a gRPC stream (remote servers, TCP with TLS or unix);
+//  - FramedLink: length-prefixed messages on a unix socket (an isolated
+//    child, remote/wire/frames.hpp): one system call each way, no HTTP/2,
+//    and no gRPC threads in the host.
+class Link {
+ public:
+  virtual ~Link() = default;
+  // False once the session is gone (lost(), then finish(), say why).
+  virtual bool write(const Request& req) = 0;
+  virtual bool read(Response& resp) = 0;
+  // From any thread: a read or write waiting now, and every later one, fails.
+  virtual void cancel() = 0;
+  // Ends the session; what ended it, as errors say it ("the server refused
+  // the token", "connection lost (...)", "the server closed the session").
+  virtual std::string finish() = 0;
+};
+
+// A gRPC session to `address` (connect_ms to connect), or an error naming why not.
+std::unique_ptr<Link> grpc_link(const std::string& address, const std::string& token, const std::string& ca_pem,
+                                std::chrono::milliseconds connect_ms);
+// A framed session on the unix socket `path`, the token sent first.
+std::unique_ptr<Link> framed_link(const std::string& path, const std::string& token);
+
 struct Server {
   std::string address;  // "127.0.0.1:7601", "unix:/path"
   std::string label;    // what device names carry after '@'
   std::string token, ca_pem;
   Child child;  // isolation only
   Guard guard;  // isolation with a deadline only
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<Remote::Stub> stub;
-  std::unique_ptr<grpc::ClientContext> context;
-  std::unique_ptr<grpc::ClientReaderWriter<Request, Response>> stream;
+  std::unique_ptr<Link> link;
   HelloReply hello;
   uint64_t generation = 0;  // bumped at each (re)connect: handles carry it
   bool broken = true;

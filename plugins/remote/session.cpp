@@ -93,39 +93,11 @@ void Instance::connect(Server& s) {
 }
 
 void Instance::open_session(Server& s) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
-  args.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kFrameBytes);
-  args.SetString(GRPC_ARG_OPTIMIZATION_TARGET, "latency");
-  std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (!s.ca_pem.empty()) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = s.ca_pem;
-    creds = grpc::SslCredentials(ssl);
-  } else {
-    creds = grpc::InsecureChannelCredentials();
-  }
-  s.channel = grpc::CreateCustomChannel(s.address, creds, args);
-  const std::chrono::milliseconds connect_limit = deadline_from("BACKPLANE_REMOTE_CONNECT_MS");
-  if (!s.channel->WaitForConnected(std::chrono::system_clock::now() + connect_limit)) {
-    // Plain TCP against a TLS server fails the same way as no server at all:
-    // say which of the two this client spoke.
-    std::string hint;
-    if (s.address.rfind("unix:", 0) != 0)
-      hint = s.ca_pem.empty() ? " (this client spoke plain TCP: if the server uses TLS, set BACKPLANE_REMOTE_CA_FILE "
-                                "to its certificate)"
-                              : " (over TLS: is the server up, and is BACKPLANE_REMOTE_CA_FILE its certificate?)";
-    throw sdk::Error(BP_ERR_UNAVAILABLE, "cannot connect to " + s.address + " within " +
-                                             std::to_string(connect_limit.count()) + " ms" + hint);
-  }
-  s.stub = Remote::NewStub(s.channel);
-  s.context = std::make_unique<grpc::ClientContext>();
-  s.context->AddMetadata(kTokenKey, s.token);
-  s.stream = s.stub->Session(s.context.get());
+  s.link.reset();
+  // An isolated child speaks the framed transport on its private socket;
+  // remote servers speak gRPC.
+  if (isolated_) s.link = framed_link(s.child.socket, s.token);
+  else s.link = grpc_link(s.address, s.token, s.ca_pem, deadline_from("BACKPLANE_REMOTE_CONNECT_MS"));
   s.broken = false;
   s.broken_reason.clear();
   s.generation = (s.generation + 1) & 0xffff;
@@ -147,7 +119,7 @@ void Instance::open_session(Server& s) {
     std::unique_lock<std::mutex> lk(mu);
     if (!cv.wait_for(lk, limit, [&] { return answered; })) {
       timed_out = true;
-      s.context->TryCancel();
+      s.link->cancel();
     }
   });
   auto stop_watchdog = [&] {
@@ -169,6 +141,8 @@ void Instance::open_session(Server& s) {
     throw;
   }
   stop_watchdog();
+  if (r.has_failure())
+    throw sdk::Error(BP_ERR_UNAVAILABLE, s.address + ": the server refused the session: " + r.failure().message());
   if (!r.has_hello()) throw sdk::Error(BP_ERR_INTERNAL, s.address + ": the server did not answer hello");
   // The server is not trusted either: bounded, well-formed tables only.
   const auto& h = r.hello();
@@ -203,12 +177,7 @@ void Instance::open_session(Server& s) {
 
 void Instance::lost(Server& s) {
   // The stream ended: a refusal, or a server that went away.
-  s.stream->WritesDone();
-  const grpc::Status st = s.stream->Finish();
-  std::string what = st.ok() ? "the server closed the session" : st.error_message();
-  if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) what = "the server refused the token";
-  else if (st.error_code() == grpc::StatusCode::UNAVAILABLE) what = "connection lost (" + st.error_message() + ")";
-  describe_loss(s, what);
+  describe_loss(s, s.link->finish());
   throw sdk::Error(BP_ERR_UNAVAILABLE, who() + " (" + s.label + "): " + s.broken_reason);
 }
 
@@ -269,18 +238,18 @@ void Instance::watch(Server& s) {
     if (g.stop || !g.waiting || g.group <= 0) continue;
     if (std::chrono::steady_clock::now() - g.since <= bound) continue;
     // A stopped or hung child: its whole group goes, and the stream's
-    // reads and writes fail at once. `context` is not replaced while a
+    // reads and writes fail at once. `link` is not replaced while a
     // request waits (connect() holds s.mu, as does the waiting caller).
     g.fired = g.what;
     g.waiting = false;
     if (::kill(-g.group, SIGKILL) != 0) ::kill(g.group, SIGKILL);
-    if (s.context) s.context->TryCancel();
+    if (s.link) s.link->cancel();
   }
 }
 
 void Instance::send(Server& s, const Request& req) {
   if (s.broken) throw sdk::Error(BP_ERR_UNAVAILABLE, who() + " (" + s.label + "): " + s.broken_reason);
-  if (!s.stream->Write(req)) lost(s);
+  if (!s.link->write(req)) lost(s);
   ++s.outstanding;
 }
 
@@ -298,7 +267,7 @@ Response Instance::exchange(Server& s, const Request& req) {
   Response first_failure, resp;
   bool failed = false;
   while (s.outstanding > 0) {
-    if (!s.stream->Read(&resp)) {
+    if (!s.link->read(resp)) {
       s.outstanding = 0;
       lost(s);
     }
@@ -476,10 +445,9 @@ void Instance::shutdown() { stop_all(); }
 void Instance::stop_all() {
   for (auto& s : servers_) {
     std::lock_guard<std::mutex> lk(s->mu);
-    if (s->stream && !s->broken) {
+    if (s->link && !s->broken) {
       Waiting w(*s, "the end of its session");
-      s->stream->WritesDone();
-      s->stream->Finish();
+      s->link->finish();
     }
     if (s->guard.thread.joinable()) {
       {
@@ -489,8 +457,7 @@ void Instance::stop_all() {
       s->guard.cv.notify_all();
       s->guard.thread.join();
     }
-    s->stream.reset();
-    s->context.reset();
+    s->link.reset();
     s->shm_buffers.clear();
     stop_child(*s);
     for (auto& [base, size] : s->retired) ::munmap(base, size);

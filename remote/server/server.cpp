@@ -6,6 +6,7 @@
 
 #include "backplane_remote.grpc.pb.h"
 #include "codec.hpp"
+#include "frames.hpp"
 #include "plugin.hpp"  // the core's Plugin/Device internals (core/src)
 #include "validate.hpp"
 #include "input_files.hpp"  // parse_json_bounded (core/src)
@@ -15,6 +16,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/proto_buffer_reader.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -130,6 +132,9 @@ class Service final : public Remote::Service {
   }
 
   grpc::Status RawSession(grpc::ServerContext* context, RawStream* stream);
+  // One session over a connected socket of the framed transport; returns
+  // when it ends (the caller closes the socket).
+  void FramedSession(int fd);
 
   // A session without a transport (InProcessSession): its state, and one
   // request's bytes through the same decoding and handling as RawSession's.
@@ -154,7 +159,10 @@ class Service final : public Remote::Service {
     size_t sequence_bytes = 0;  // what the recorded sequences hold, about (in the budget)
   };
 
+  template <class Open>
+  Response decode_and_handle_from(State& st, Open open);
   Response decode_and_handle(State& st, grpc::ByteBuffer& bytes);
+  Response decode_and_handle(State& st, const std::string& bytes);
   Response handle(State& st, const Request& req);
   Response hello();
   Response allocate(State& st, const Allocate& a);
@@ -211,6 +219,11 @@ size_t calls_bytes(const std::vector<CheckedCall>& calls) {
   for (const auto& c : calls) n += call_bytes(c);
   return n;
 }
+
+// How long a framed session polls for its host's next request before it
+// sleeps: a host that runs a plan in a loop sends the next one within a few
+// microseconds, and a sleeping thread's wake-up costs tens on a VM.
+constexpr int kFrameSpinUs = 50;
 
 constexpr size_t kMaxCheckedBytes = size_t{256} << 20;   // one batch's checked calls
 constexpr size_t kMaxRecordedBytes = size_t{256} << 20;  // one session's recorded sequences
@@ -291,6 +304,66 @@ grpc::Status Service::RawSession(grpc::ServerContext* context, RawStream* stream
   return grpc::Status::OK;
 }
 
+// A session over the framed transport of isolated children (frames.hpp):
+// the token first, within the idle timeout; then requests until the host
+// closes the socket. The same slot, budget and clean-up by scope as
+// RawSession's.
+void Service::FramedSession(int fd) {
+  std::string bytes, scratch;
+  FrameRead how;
+  how.max_bytes = kMaxStringBytes;
+  how.timeout_ms = static_cast<int>(std::clamp<int64_t>(options_.idle_timeout_ms, 1, INT32_MAX));
+  auto refuse = [&](const std::string& why) {
+    // One answer, then the socket closes: what the host's error will say.
+    write_frame(fd, failure(BP_ERR_UNAVAILABLE, why), scratch);
+  };
+  if (read_frame(fd, bytes, how) != FrameResult::ok) return;
+  if (!same_secret(bytes, options_.token)) return refuse("a valid token is required");
+  struct Slot {
+    std::atomic<int>& n;
+    ~Slot() { n.fetch_sub(1); }
+  };
+  const bool room = sessions_.fetch_add(1) < options_.max_sessions;
+  Slot slot{sessions_};
+  if (!room) return refuse("too many sessions (the server runs at most " + std::to_string(options_.max_sessions) + ")");
+  State st;
+  struct Release {
+    Service& service;
+    State& st;
+    ~Release() { service.release(st); }
+  } release_at_exit{*this, st};
+  // A request's bytes are held against the budget while it is read and
+  // handled, as gRPC's received messages are.
+  Held frame(budget_);
+  how.max_bytes = kMaxMessageBytes;
+  how.timeout_ms = -1;
+  how.spin_us = kFrameSpinUs;
+  how.reserve = [&](uint64_t n) { return frame.grow(n); };
+  try {
+    for (;;) {
+      const FrameResult r = read_frame(fd, bytes, how);
+      if (r == FrameResult::too_large) {
+        // The rest of it is not read: the session cannot go on.
+        refuse(how.announced > kMaxMessageBytes ? "a request of " + std::to_string(how.announced) +
+                                                      " bytes is over the message limit of " +
+                                                      std::to_string(kMaxMessageBytes) + " bytes"
+                                                : over_budget(how.announced, "a request"));
+        return;
+      }
+      if (r != FrameResult::ok) return;
+      Response resp = decode_and_handle(st, bytes);
+      // Large requests give their memory back; small ones keep it for the next.
+      if (bytes.capacity() > (size_t{1} << 20)) std::string().swap(bytes);
+      budget_.give(frame.bytes);
+      frame.bytes = 0;
+      if (!write_frame(fd, resp, scratch)) return;
+      if (scratch.capacity() > (size_t{1} << 20)) std::string().swap(scratch);
+    }
+  } catch (const std::exception&) {
+    // bad_alloc or worse: the session ends, its memory given back by scope.
+  }
+}
+
 struct Service::Local {
   State st;
 };
@@ -298,33 +371,50 @@ struct Service::Local {
 std::unique_ptr<Service::Local> Service::open_local() { return std::make_unique<Local>(); }
 
 std::string Service::local_request(Local& l, const std::string& bytes) {
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer in(&slice, 1);
-  return decode_and_handle(l.st, in).SerializeAsString();
+  return decode_and_handle(l.st, bytes).SerializeAsString();
 }
 
 void Service::close_local(Local& l) { release(l.st); }
 
-Response Service::decode_and_handle(State& st, grpc::ByteBuffer& bytes) {
+// Measured before it is decoded (counts, and the memory decoding would
+// take, against the budget), then decoded and handled. `open` gives a fresh
+// stream over the request's bytes each time it is called.
+template <class Open>
+Response Service::decode_and_handle_from(State& st, Open open) {
   try {
-    // Measured before it is decoded: counts and the memory it would take.
     uint64_t need = 0;
     {
-      grpc::ProtoBufferReader reader(&bytes);
-      if (!reader.status().ok()) return failure(BP_ERR_INVALID_ARGUMENT, "request: unreadable bytes");
-      if (auto e = measure_request(reader, need); !e.empty())
+      auto in = open();
+      if (!in) return failure(BP_ERR_INVALID_ARGUMENT, "request: unreadable bytes");
+      if (auto e = measure_request(*in, need); !e.empty())
         return failure(need > kMaxDecodedBytes ? BP_ERR_OUT_OF_MEMORY : BP_ERR_INVALID_ARGUMENT,
                        "request refused before decoding: " + e);
     }
     Held held(budget_);
     if (!held.grow(need)) return failure(BP_ERR_OUT_OF_MEMORY, over_budget(need, "request (decoding it)"));
     Request req;
-    if (!grpc::SerializationTraits<Request>::Deserialize(&bytes, &req).ok())
-      return failure(BP_ERR_INVALID_ARGUMENT, "request: not a valid message");
+    {
+      auto in = open();
+      if (!in || !req.ParseFromZeroCopyStream(in.get())) return failure(BP_ERR_INVALID_ARGUMENT, "request: not a valid message");
+    }
     return handle(st, req);
   } catch (const std::bad_alloc&) {
     return failure(BP_ERR_OUT_OF_MEMORY, "the server ran out of memory for this request");
   }
+}
+
+Response Service::decode_and_handle(State& st, grpc::ByteBuffer& bytes) {
+  return decode_and_handle_from(st, [&]() -> std::unique_ptr<google::protobuf::io::ZeroCopyInputStream> {
+    auto r = std::make_unique<grpc::ProtoBufferReader>(&bytes);
+    if (!r->status().ok()) return nullptr;
+    return r;
+  });
+}
+
+Response Service::decode_and_handle(State& st, const std::string& bytes) {
+  return decode_and_handle_from(st, [&]() -> std::unique_ptr<google::protobuf::io::ZeroCopyInputStream> {
+    return std::make_unique<google::protobuf::io::ArrayInputStream>(bytes.data(), static_cast<int>(bytes.size()));
+  });
 }
 
 std::string Service::session_room(const State& st, uint64_t n, const std::string& what) const {
@@ -942,9 +1032,10 @@ void listen_tcp(Listener& l, const std::string& hostport) {
 // accepted (the same inode).
 class Acceptor {
  public:
-  Acceptor(const Listener& listener, grpc::experimental::ExternalConnectionAcceptor& to, int max_connections,
-           uint64_t file_limit, bool quiet)
-      : listener_(listener), to_(to), max_(static_cast<size_t>(std::max(max_connections, 1))), file_limit_(file_limit),
+  // `to` takes each accepted connection (listening socket, connection).
+  Acceptor(const Listener& listener, std::function<void(int, int)> to, int max_connections, uint64_t file_limit,
+           bool quiet)
+      : listener_(listener), to_(std::move(to)), max_(static_cast<size_t>(std::max(max_connections, 1))), file_limit_(file_limit),
         quiet_(quiet) {}
   void run(const std::atomic<bool>& stop) {
     spare_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -1034,17 +1125,14 @@ class Acceptor {
         continue;
       }
       open_.push_back(Open{fd, sb.st_dev, sb.st_ino});
-      grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
-      p.listener_fd = listen_fd;
-      p.fd = fd;
-      to_.HandleNewConnection(&p);
+      to_(listen_fd, fd);
     }
   }
 
   // Files kept for everything but connections: plugins, gRPC's own, logs.
   static constexpr uint64_t kFileReserve = 16;
   const Listener& listener_;
-  grpc::experimental::ExternalConnectionAcceptor& to_;
+  std::function<void(int, int)> to_;
   const size_t max_;
   const uint64_t file_limit_;
   const bool quiet_;
@@ -1057,6 +1145,60 @@ class Acceptor {
 }  // namespace
 
 namespace {
+
+// The connections of the framed transport, one thread each. A connection's
+// thread closes its socket when its session ends; stop_all() shuts the
+// open ones down (their blocked reads return) and joins every thread.
+class FramedConnections {
+ public:
+  ~FramedConnections() { stop_all(); }
+  void start(int fd, Service& service) {
+    std::vector<std::thread> ended;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      // Threads whose sessions ended (their socket closed) are joined, outside the lock.
+      for (auto it = conns_.begin(); it != conns_.end();) {
+        if ((*it)->fd >= 0) {
+          ++it;
+          continue;
+        }
+        ended.push_back(std::move((*it)->thread));
+        it = conns_.erase(it);
+      }
+      auto c = std::make_unique<Conn>();
+      c->fd = fd;
+      Conn* conn = c.get();
+      c->thread = std::thread([this, conn, &service] {
+        const int flags = ::fcntl(conn->fd, F_GETFL);
+        if (flags >= 0) ::fcntl(conn->fd, F_SETFL, flags & ~O_NONBLOCK);
+        service.FramedSession(conn->fd);
+        std::lock_guard<std::mutex> done(mu_);
+        ::close(conn->fd);
+        conn->fd = -1;
+      });
+      conns_.push_back(std::move(c));
+    }
+    for (auto& t : ended) t.join();
+  }
+  void stop_all() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (auto& c : conns_)
+        if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
+    }
+    for (auto& c : conns_)
+      if (c->thread.joinable()) c->thread.join();
+    conns_.clear();
+  }
+
+ private:
+  struct Conn {
+    int fd = -1;
+    std::thread thread;
+  };
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+};
 
 // Under an address-space limit (RLIMIT_AS, `ulimit -v`) each thread's stack
 // counts whole against it, 8 MiB apiece by default: the server's threads
@@ -1082,6 +1224,7 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   fit_thread_stacks_to_limit();
   if (options.listen.empty() == options.unix_path.empty())
     throw Error("serve: give exactly one of --listen HOST:PORT and --unix PATH");
+  if (options.framed && options.unix_path.empty()) throw Error("serve: the framed transport is for unix sockets only");
   if (options.token.empty()) throw Error("serve: a token is required (--token-file)");
   if (options.token.size() < 16) throw Error("serve: the token must be at least 16 bytes");
   const bool tls = !options.tls_cert_pem.empty() || !options.tls_key_pem.empty();
@@ -1164,40 +1307,9 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   Budget budget(options.max_total_bytes ? options.max_total_bytes : physical / 4 * 3);
   Watch watch;
   Service service(runtime, devices, options, watch, progress, shm, options.shm_size, budget);
-  grpc::ServerBuilder builder;
-  std::shared_ptr<grpc::ServerCredentials> creds;
-  if (tls) {
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
-    creds = grpc::SslServerCredentials(ssl);
-  } else {
-    creds = grpc::InsecureServerCredentials();
-  }
   Listener listener;
   if (options.unix_path.empty()) listen_tcp(listener, options.listen);
   else listen_unix(listener, options.unix_path);
-  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff =
-      builder.experimental().AddExternalConnectionAcceptor(
-          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
-  grpc::ResourceQuota quota("backplane-serve");
-  quota.SetMaxThreads(options.max_sessions + 4);
-  builder.SetResourceQuota(quota);
-  // Dead peers are noticed: pings every 10 s on idle connections.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kFrameBytes);
-  builder.AddChannelArgument(GRPC_ARG_OPTIMIZATION_TARGET, std::string("latency"));
-  // The phase before a session: a connection must finish its handshake
-  // (TLS, HTTP/2 settings) within the idle timeout, and one that holds no
-  // call (it never sent one, or its calls were refused) is closed after it.
-  const int idle_ms = static_cast<int>(std::clamp<int64_t>(options.idle_timeout_ms, 1, INT32_MAX));
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, idle_ms);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, idle_ms);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_sessions + 4);
 
   // SIGINT/SIGTERM end the server; blocked here so every thread inherits it.
   sigset_t stop;
@@ -1206,9 +1318,55 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  const std::string address = options.unix_path.empty() ? options.listen : "unix:" + options.unix_path;
-  if (!server) throw Error("serve: cannot start the gRPC server for " + address);
+  // gRPC for clients; the framed transport for an isolated child's host.
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff;
+  FramedConnections framed;
+  std::function<void(int, int)> hand_to;
+  if (options.framed) {
+    hand_to = [&](int, int fd) { framed.start(fd, service); };
+  } else {
+    grpc::ServerBuilder builder;
+    std::shared_ptr<grpc::ServerCredentials> creds;
+    if (tls) {
+      grpc::SslServerCredentialsOptions ssl;
+      ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+      creds = grpc::SslServerCredentials(ssl);
+    } else {
+      creds = grpc::InsecureServerCredentials();
+    }
+    handoff = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
+    builder.RegisterService(&service);
+    builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
+    builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
+    grpc::ResourceQuota quota("backplane-serve");
+    quota.SetMaxThreads(options.max_sessions + 4);
+    builder.SetResourceQuota(quota);
+    // Dead peers are noticed: pings every 10 s on idle connections.
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindowBytes);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kFrameBytes);
+    builder.AddChannelArgument(GRPC_ARG_OPTIMIZATION_TARGET, std::string("latency"));
+    // The phase before a session: a connection must finish its handshake
+    // (TLS, HTTP/2 settings) within the idle timeout, and one that holds no
+    // call (it never sent one, or its calls were refused) is closed after it.
+    const int idle_ms = static_cast<int>(std::clamp<int64_t>(options.idle_timeout_ms, 1, INT32_MAX));
+    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, idle_ms);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, idle_ms);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_sessions + 4);
+    server = builder.BuildAndStart();
+    if (!server)
+      throw Error("serve: cannot start the gRPC server for " +
+                  (options.unix_path.empty() ? options.listen : "unix:" + options.unix_path));
+    hand_to = [&](int listen_fd, int fd) {
+      grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
+      p.listener_fd = listen_fd;
+      p.fd = fd;
+      handoff->HandleNewConnection(&p);
+    };
+  }
   std::string where = options.unix_path.empty()
                           ? options.listen.substr(0, options.listen.rfind(':')) + ":" + std::to_string(listener.port)
                           : "unix:" + options.unix_path;
@@ -1225,17 +1383,8 @@ int serve(Runtime& runtime, const ServerOptions& options) {
   }
 
   std::atomic<bool> done{false}, stop_accepting{false};
-  Acceptor acceptor(listener, *handoff, options.max_connections, file_limit, options.quiet);
+  Acceptor acceptor(listener, hand_to, options.max_connections, file_limit, options.quiet);
   std::thread accepting([&] { acceptor.run(stop_accepting); });
-  std::thread stopper([&] {
-    const timespec tick{0, 200 * 1000 * 1000};
-    while (!done)
-      if (sigtimedwait(&stop, nullptr, &tick) > 0) {
-        stop_accepting = true;
-        server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-        return;
-      }
-  });
   std::thread watchdog;
   if (options.deadline_ms > 0)
     watchdog = std::thread([&] {
@@ -1251,11 +1400,27 @@ int serve(Runtime& runtime, const ServerOptions& options) {
           }
       }
     });
-  server->Wait();
-  done = true;
+  if (server) {
+    std::thread stopper([&] {
+      const timespec tick{0, 200 * 1000 * 1000};
+      while (!done)
+        if (sigtimedwait(&stop, nullptr, &tick) > 0) {
+          stop_accepting = true;
+          server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+          return;
+        }
+    });
+    server->Wait();
+    done = true;
+    stopper.join();
+  } else {
+    while (sigwaitinfo(&stop, nullptr) < 0 && errno == EINTR) {
+    }
+    done = true;
+  }
   stop_accepting = true;
   accepting.join();
-  stopper.join();
+  framed.stop_all();
   if (watchdog.joinable()) watchdog.join();
   if (!options.unix_path.empty()) ::unlink(options.unix_path.c_str());
   return 0;

@@ -1,4 +1,5 @@
-// `backplane serve`: offers the devices of this machine's plugins over gRPC.
+// `backplane serve`: offers the devices of this machine's plugins over gRPC
+// (or, for an isolated child's host, framed messages on a unix socket).
 #pragma once
 
 #include <backplane/backplane.hpp>
@@ -40,6 +41,10 @@ struct ServerOptions {
   // size. Bulk writes and reads then travel through it, not the socket.
   int shm_fd = -1;
   uint64_t shm_size = 0;
+  // Set for an isolated child: the unix socket speaks the framed transport
+  // (remote/wire/frames.hpp) to its one host instead of gRPC: one thread
+  // per connection, no HTTP/2, no gRPC threads in the child.
+  bool framed = false;
 };
 
 // Checks the options (TLS and token over TCP, loopback rules), loads the
