@@ -877,6 +877,98 @@ TEST_CASE("serve abuse: an isolated child's framed socket refuses what a strange
   CHECK(server.alive());
 }
 
+// Protobuf wire bytes by hand (fields in any order, as a hostile or foreign
+// client may send them).
+std::string varint(uint64_t v) {
+  std::string out;
+  do {
+    uint8_t b = v & 0x7f;
+    v >>= 7;
+    out += static_cast<char>(v ? b | 0x80 : b);
+  } while (v);
+  return out;
+}
+std::string field_varint(int field, uint64_t v) { return varint(static_cast<uint64_t>(field) << 3) + varint(v); }
+std::string field_bytes(int field, const std::string& b) {
+  return varint((static_cast<uint64_t>(field) << 3) | 2) + varint(b.size()) + b;
+}
+// Request{batch{writes...}} from each Write's raw fields.
+std::string raw_writes(const std::vector<std::string>& writes) {
+  std::string batch;
+  for (const auto& w : writes) batch += field_bytes(1, w);
+  return field_bytes(4, batch);
+}
+
+// Catches: a batch of writes alone (what a bulk upload sends, whose bytes
+// the server copies from the message straight into host memory) that lands
+// at the wrong offset or buffer, honours a field order other than the
+// plugin's differently from protobuf (the last value of a field wins, and
+// `data` may come first), or skips the range check.
+TEST_CASE("serve: writes alone land where protobuf says, whatever the order of their fields", "[remote][abuse]") {
+  LimitedServer server(child_args(), Limits{});
+  FramedClient c(server);
+  REQUIRE(c.token(kToken));
+  auto h = c.ask(hello());
+  REQUIRE(h);
+  REQUIRE(h->has_hello());
+  auto a = c.ask(allocate(64));
+  REQUIRE(a);
+  REQUIRE(a->has_allocate());
+  const uint64_t id = a->allocate().buffer();
+  auto b2 = c.ask(allocate(64));
+  REQUIRE(b2);
+  const uint64_t other = b2->allocate().buffer();
+  auto send = [&](const std::string& bytes) {
+    REQUIRE(c.send_raw(FramedClient::header(static_cast<uint32_t>(bytes.size())) + bytes));
+    auto r = c.next();
+    REQUIRE(r);
+    return *r;
+  };
+  auto read_back = [&](uint64_t buf) {
+    rp::Request rd;
+    auto* x = rd.mutable_batch()->add_reads();
+    x->set_buffer(buf);
+    x->set_offset(0);
+    x->set_size(64);
+    auto r = c.ask(rd);
+    REQUIRE(r);
+    INFO(r->failure().message());
+    REQUIRE(r->batch().reads_size() == 1);
+    return r->batch().reads(0);
+  };
+  std::string want(64, '\0'), want_other(64, '\0');
+  // The plugin's order: buffer, offset, data; two writes in one batch.
+  auto r = send(raw_writes({field_varint(1, id) + field_varint(2, 8) + field_bytes(3, "abcd"),
+                            field_varint(1, id) + field_varint(2, 60) + field_bytes(3, "wxyz")}));
+  INFO(r.failure().message());
+  CHECK(!r.has_failure());
+  want.replace(8, 4, "abcd");
+  want.replace(60, 4, "wxyz");
+  CHECK(read_back(id) == want);
+  // data first, then where: protobuf applies it at the fields' final values.
+  r = send(raw_writes({field_bytes(3, "QRST") + field_varint(1, id) + field_varint(2, 20)}));
+  CHECK(!r.has_failure());
+  want.replace(20, 4, "QRST");
+  CHECK(read_back(id) == want);
+  // buffer given twice: the last one wins.
+  r = send(raw_writes({field_varint(1, id) + field_varint(1, other) + field_varint(2, 0) + field_bytes(3, "ok")}));
+  CHECK(!r.has_failure());
+  want_other.replace(0, 2, "ok");
+  CHECK(read_back(other) == want_other);
+  CHECK(read_back(id) == want);
+  // Past the end: refused naming the range, nothing written.
+  r = send(raw_writes({field_varint(1, id) + field_varint(2, 62) + field_bytes(3, "1234")}));
+  CHECK_THAT(r.failure().message(), Catch::Contains("outside a buffer of 64"));
+  CHECK(read_back(id) == want);
+  // A valid write and then one past the end: the first is applied, the
+  // second refused, as writes are applied in order.
+  r = send(raw_writes({field_varint(1, id) + field_varint(2, 0) + field_bytes(3, "Z"),
+                       field_varint(1, id) + field_varint(2, 64) + field_bytes(3, "9")}));
+  CHECK_THAT(r.failure().message(), Catch::Contains("outside a buffer of 64"));
+  want[0] = 'Z';
+  CHECK(read_back(id) == want);
+}
+
 // Catches: a framed session whose request bytes are not held against
 // --max-total-memory while it is read (16 sessions of 80 MiB each would
 // then pin 1.3 GB before a byte is checked).

@@ -169,8 +169,8 @@ bp_error* buffer_write(void*, bp_device* device, uint64_t handle, uint64_t offse
       return;
     }
     for (uint64_t done = 0; done < size || (size == 0 && done == 0);) {
-      const uint64_t n = std::min<uint64_t>(size - done, kMaxChunkBytes);
-      if (s.pending_bytes + n > kMaxChunkBytes) {
+      const uint64_t n = std::min<uint64_t>(size - done, kWireChunkBytes);
+      if (s.pending_bytes + n > kWireChunkBytes) {
         // Sent now, its reply read later: the next piece is copied while
         // the server takes this one.
         Request req;
@@ -191,6 +191,66 @@ bp_error* buffer_write(void*, bp_device* device, uint64_t handle, uint64_t offse
   });
 }
 
+namespace {
+
+void check_read_reply(const Response& r, uint64_t n) {
+  if (r.batch().reads_size() != 1 || r.batch().reads(0).size() != n)
+    throw sdk::Error(BP_ERR_INTERNAL, "remote: a read reply of the wrong size");
+}
+
+// Reads [offset, offset + size) of buffer `id` over the wire in pieces of
+// kWireChunkBytes, kReadsInFlight requests ahead of the replies: the server
+// reads and sends the next pieces while this side takes in the last.
+constexpr int kReadsInFlight = 4;
+void read_over_wire(Server& s, uint64_t id, uint64_t offset, char* p, uint64_t size) {
+  if (size == 0) return;
+  // Queued writes go first, in the first request.
+  Request first;
+  for (auto& w : s.pending_writes) *first.mutable_batch()->add_writes() = std::move(w);
+  s.pending_writes.clear();
+  s.pending_bytes = 0;
+  int earlier = s.outstanding;  // replies of requests posted before these
+  std::string failed;
+  bp_status_code code = BP_ERR_INTERNAL;
+  uint64_t asked = 0, taken = 0;
+  auto ask = [&](Request& req) {
+    const uint64_t n = std::min<uint64_t>(size - asked, kWireChunkBytes);
+    auto* rd = req.mutable_batch()->add_reads();
+    rd->set_buffer(id);
+    rd->set_offset(offset + asked);
+    rd->set_size(n);
+    s.owner->post(s, req);
+    asked += n;
+  };
+  ask(first);
+  for (;;) {
+    while (asked < size && s.outstanding - earlier < kReadsInFlight && failed.empty()) {
+      Request req;
+      ask(req);
+    }
+    if (s.outstanding == 0) break;
+    Response r = s.owner->receive(s);
+    if (earlier > 0) {
+      // An earlier request's failure (a queued write) is this read's.
+      --earlier;
+      if (r.has_failure() && failed.empty()) code = static_cast<bp_status_code>(r.failure().code()), failed = r.failure().message();
+      continue;
+    }
+    if (r.has_failure()) {
+      if (failed.empty()) code = static_cast<bp_status_code>(r.failure().code()), failed = r.failure().message();
+      continue;  // the rest of the replies are still read
+    }
+    if (!failed.empty()) continue;
+    const uint64_t n = std::min<uint64_t>(size - taken, kWireChunkBytes);
+    check_read_reply(r, n);
+    std::memcpy(p + taken, r.batch().reads(0).data(), n);
+    taken += n;
+  }
+  if (!failed.empty()) throw sdk::Error(code, failed);
+}
+
+}  // namespace
+
 bp_error* buffer_read(void*, bp_device* device, uint64_t handle, uint64_t offset, void* dst, uint64_t size) {
   return sdk::guard([&] {
     auto* d = dev_of(device);
@@ -202,9 +262,10 @@ bp_error* buffer_read(void*, bp_device* device, uint64_t handle, uint64_t offset
     }
     const uint64_t id = live_id(s, handle);
     char* p = static_cast<char*>(dst);
+    if (!s.use_shm) return read_over_wire(s, id, offset, p, size);
     for (uint64_t done = 0; done < size;) {
       const uint64_t n = std::min<uint64_t>(size - done, kMaxChunkBytes);
-      const bool staged = s.use_shm && n >= kShmThreshold;
+      const bool staged = n >= kShmThreshold;
       if (staged && s.shm_used + n > kShmBytes) {
         Response r = flush(s);  // the queued writes' staged bytes first
         if (r.has_failure()) throw sdk::Error(static_cast<bp_status_code>(r.failure().code()), r.failure().message());
@@ -225,8 +286,7 @@ bp_error* buffer_read(void*, bp_device* device, uint64_t handle, uint64_t offset
         if (r.batch().reads_size() != 0) throw sdk::Error(BP_ERR_INTERNAL, "remote: a read reply of the wrong form");
         std::memcpy(p + done, s.child.shm + at, n);
       } else {
-        if (r.batch().reads_size() != 1 || r.batch().reads(0).size() != n)
-          throw sdk::Error(BP_ERR_INTERNAL, "remote: a read reply of the wrong size");
+        check_read_reply(r, n);
         std::memcpy(p + done, r.batch().reads(0).data(), n);
       }
       done += n;

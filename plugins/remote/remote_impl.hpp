@@ -99,6 +99,10 @@ constexpr uint64_t kShmBytes = 2 * kMaxChunkBytes;
 constexpr uint64_t kArenaBytes = uint64_t{64} << 30;
 constexpr uint64_t kArenaFloorBytes = uint64_t{64} << 20;
 constexpr uint64_t kRetainBytes = uint64_t{1} << 30;
+// Bytes of one Write or Read on the wire (not staged in shared memory):
+// pieces this size reuse the allocator's memory, where 32 MiB pieces were
+// fresh pages (mapped, faulted in and zeroed) for every message.
+constexpr uint64_t kWireChunkBytes = uint64_t{4} << 20;
 // Below this a write or read goes inline in the message: cheaper than a
 // round of staging.
 constexpr uint64_t kShmThreshold = 16 * 1024;
@@ -259,6 +263,7 @@ class Instance {
   void describe_loss(Server& s, const std::string& what);
   Response exchange(Server& s, const Request& req);  // s.mu held; throws sdk::Error
   void post(Server& s, const Request& req);          // sends without waiting for the reply
+  Response receive(Server& s);                       // the reply of the oldest posted request
   [[noreturn]] void lost(Server& s);
   // The host's bound on the requests to an isolated child (Guard).
   void watch(Server& s);

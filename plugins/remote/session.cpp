@@ -258,6 +258,17 @@ void Instance::post(Server& s, const Request& req) {
   send(s, req);
 }
 
+Response Instance::receive(Server& s) {
+  Waiting w(s, "a reply");
+  Response resp;
+  if (!s.link->read(resp)) {
+    s.outstanding = 0;
+    lost(s);
+  }
+  --s.outstanding;
+  return resp;
+}
+
 Response Instance::exchange(Server& s, const Request& req) {
   Waiting w(s, req);
   send(s, req);

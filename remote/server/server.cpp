@@ -16,7 +16,9 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/proto_buffer_reader.h>
+#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -161,6 +163,10 @@ class Service final : public Remote::Service {
 
   template <class Open>
   Response decode_and_handle_from(State& st, Open open);
+  template <class Open>
+  bool direct_writes_fit(State& st, Open& open);
+  template <class Open>
+  Response direct_writes(State& st, Open& open);
   Response decode_and_handle(State& st, grpc::ByteBuffer& bytes);
   Response decode_and_handle(State& st, const std::string& bytes);
   Response handle(State& st, const Request& req);
@@ -376,12 +382,89 @@ std::string Service::local_request(Local& l, const std::string& bytes) {
 
 void Service::close_local(Local& l) { release(l.st); }
 
+// A request that is a batch of writes alone, each Write being exactly
+// `buffer`, `offset`, `data` in that order (what the remote plugin sends for
+// a bulk upload), into buffers of host memory: its bytes are copied from the
+// received message straight into the buffers, not into a decoded copy first.
+// Two passes: direct_writes_fit() reads the structure and checks every
+// range, skipping the bytes; only then does direct_writes() copy them. Any
+// other request, and any write this path does not take (shared memory, a
+// device buffer, a range that fails its check, an unknown field), goes the
+// usual way, which reports it.
+namespace direct {
+namespace io = google::protobuf::io;
+using Wire = google::protobuf::internal::WireFormatLite;
+constexpr uint32_t tag(int field, Wire::WireType type) { return (static_cast<uint32_t>(field) << 3) | type; }
+constexpr uint32_t kBatch = tag(4, Wire::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kWrite = tag(1, Wire::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kBuffer = tag(1, Wire::WIRETYPE_VARINT);
+constexpr uint32_t kOffset = tag(2, Wire::WIRETYPE_VARINT);
+constexpr uint32_t kData = tag(3, Wire::WIRETYPE_LENGTH_DELIMITED);
+
+// Walks the writes; `each(buffer, offset, size, in)` must consume the
+// size bytes (skip or copy) and say whether to go on. False when the
+// request is not of this form.
+template <class Each>
+bool walk(io::ZeroCopyInputStream& raw, Each each) {
+  io::CodedInputStream in(&raw);
+  in.SetTotalBytesLimit(INT_MAX);
+  uint32_t len = 0;
+  if (in.ReadTag() != kBatch || !in.ReadVarint32(&len)) return false;
+  const auto batch = in.PushLimit(static_cast<int>(len));
+  size_t writes = 0;
+  for (uint32_t t = in.ReadTag(); t != 0; t = in.ReadTag()) {
+    if (t != kWrite || ++writes > kMaxWritesPerBatch || !in.ReadVarint32(&len)) return false;
+    const auto write = in.PushLimit(static_cast<int>(len));
+    uint64_t buffer = 0, offset = 0;
+    uint32_t n = 0;
+    t = in.ReadTag();
+    if (t == kBuffer && !in.ReadVarint64(&buffer)) return false;
+    if (t == kBuffer) t = in.ReadTag();
+    if (t == kOffset && !in.ReadVarint64(&offset)) return false;
+    if (t == kOffset) t = in.ReadTag();
+    if (t != kData || !in.ReadVarint32(&n) || !each(buffer, offset, n, in)) return false;
+    if (in.ReadTag() != 0 || !in.ConsumedEntireMessage()) return false;
+    in.PopLimit(write);
+  }
+  if (!in.ConsumedEntireMessage()) return false;
+  in.PopLimit(batch);
+  return writes > 0 && in.ReadTag() == 0 && in.ConsumedEntireMessage();
+}
+}  // namespace direct
+
+template <class Open>
+bool Service::direct_writes_fit(State& st, Open& open) {
+  auto raw = open();
+  if (!raw) return false;
+  return direct::walk(*raw, [&](uint64_t id, uint64_t offset, uint32_t n, direct::io::CodedInputStream& in) {
+    Buffer* buf = nullptr;
+    if (!range(st, id, offset, n, "write", buf).empty()) return false;
+    if (devices_[buf->device]->info.memory_kind != BP_MEMORY_HOST || !buf->host_ptr) return false;
+    return in.Skip(static_cast<int>(n));
+  });
+}
+
+template <class Open>
+Response Service::direct_writes(State& st, Open& open) {
+  auto raw = open();
+  const bool done = raw && direct::walk(*raw, [&](uint64_t id, uint64_t offset, uint32_t n, direct::io::CodedInputStream& in) {
+    // Checked by direct_writes_fit over the same bytes.
+    return in.ReadRaw(static_cast<char*>(st.buffers.at(id).host_ptr) + offset, static_cast<int>(n));
+  });
+  if (!done) return failure(BP_ERR_INTERNAL, "write: the request changed between two readings");
+  Response r;
+  r.mutable_batch();  // what batch() answers a batch of writes alone
+  return r;
+}
+
 // Measured before it is decoded (counts, and the memory decoding would
 // take, against the budget), then decoded and handled. `open` gives a fresh
 // stream over the request's bytes each time it is called.
 template <class Open>
 Response Service::decode_and_handle_from(State& st, Open open) {
   try {
+    // A batch of writes alone (a bulk upload) goes straight into host memory.
+    if (direct_writes_fit(st, open)) return direct_writes(st, open);
     uint64_t need = 0;
     {
       auto in = open();
@@ -893,6 +976,11 @@ std::optional<Response> Service::batch_reads(State& st, const Batch& b, BatchRep
       total += rd.size();
       if (total > kMaxMessageBytes - (1u << 20)) return failure(BP_ERR_INVALID_ARGUMENT, "read: more than one reply can carry");
       std::string* data = reply.add_reads();
+      if (d.info.memory_kind == BP_MEMORY_HOST && buf->host_ptr) {
+        // Host memory: copied once into the reply (no zeroed string first).
+        data->assign(static_cast<const char*>(buf->host_ptr) + rd.offset(), rd.size());
+        continue;
+      }
       data->resize(rd.size());
       dst = data->data();
     }
