@@ -584,7 +584,7 @@ struct Completion::State {
     cv.notify_all();
   }
   void wait_done() {
-    if (detail::spin_until([&] { return done.load(std::memory_order_acquire); })) return;
+    if (detail::spin_until([&] { return done.load(std::memory_order_acquire); }, /*yielding=*/true)) return;
     std::unique_lock<std::mutex> lk(m);
     cv.wait(lk, [&] { return done.load(std::memory_order_acquire); });
   }
@@ -615,7 +615,7 @@ void Submitter::post(std::function<void()> job) {
 void Submitter::loop() {
   for (;;) {
     // Watch for the next run briefly, then sleep.
-    spin_until([&] { return queued_.load(std::memory_order_acquire) != 0; });
+    spin_until([&] { return queued_.load(std::memory_order_acquire) != 0; }, /*yielding=*/true);
     std::function<void()> job;
     {
       std::unique_lock<std::mutex> lk(m_);

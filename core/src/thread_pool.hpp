@@ -70,14 +70,19 @@ void cpu_relax();
 // Watches `ready` for spin_time(), pausing between looks; true as soon as it
 // holds, false when the time is up (the caller then sleeps on its own
 // condition variable).
-template <class Ready> bool spin_until(Ready ready) {
+template <class Ready> bool spin_until(Ready ready, bool yielding = false) {
   if (ready()) return true;
   const auto until = std::chrono::steady_clock::now() + spin_time();
-  while (std::chrono::steady_clock::now() < until)
+  while (std::chrono::steady_clock::now() < until) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
       cpu_relax();
     }
+    // A waiter whose answer comes from threads of their own (a submitted
+    // run, a device in another process) gives its CPU to them when there
+    // are more runnable threads than cores.
+    if (yielding) std::this_thread::yield();
+  }
   return ready();
 }
 
