@@ -41,6 +41,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <unistd.h>
 #include <unordered_map>
@@ -1256,15 +1257,20 @@ class FramedConnections {
       auto c = std::make_unique<Conn>();
       c->fd = fd;
       Conn* conn = c.get();
-      c->thread = std::thread([this, conn, &service] {
-        const int flags = ::fcntl(conn->fd, F_GETFL);
-        if (flags >= 0) ::fcntl(conn->fd, F_SETFL, flags & ~O_NONBLOCK);
-        service.FramedSession(conn->fd);
-        std::lock_guard<std::mutex> done(mu_);
-        ::close(conn->fd);
-        conn->fd = -1;
-      });
-      conns_.push_back(std::move(c));
+      try {
+        c->thread = std::thread([this, conn, &service] {
+          const int flags = ::fcntl(conn->fd, F_GETFL);
+          if (flags >= 0) ::fcntl(conn->fd, F_SETFL, flags & ~O_NONBLOCK);
+          service.FramedSession(conn->fd);
+          std::lock_guard<std::mutex> done(mu_);
+          ::close(conn->fd);
+          conn->fd = -1;
+        });
+      } catch (const std::system_error&) {
+        ::close(fd);  // no thread to be had (an address-space limit): the client sees the socket close
+        c.reset();
+      }
+      if (c) conns_.push_back(std::move(c));
     }
     for (auto& t : ended) t.join();
   }
