@@ -168,6 +168,24 @@ class Service final : public Remote::Service {
   bool direct_writes_fit(State& st, Open& open);
   template <class Open>
   Response direct_writes(State& st, Open& open);
+  // A session's seat among --max-sessions and its state: both given back
+  // by scope on every way out (an exception from a read, a write or a
+  // decode that ran out of memory included), the state's buffers first.
+  struct Seat {
+    Service& service;
+    const bool room;
+    State st;
+    explicit Seat(Service& s) : service(s), room(s.sessions_.fetch_add(1) < s.options_.max_sessions) {}
+    Seat(const Seat&) = delete;
+    Seat& operator=(const Seat&) = delete;
+    ~Seat() {
+      service.release(st);
+      service.sessions_.fetch_sub(1);
+    }
+  };
+  std::string too_many_sessions() const {
+    return "too many sessions (the server runs at most " + std::to_string(options_.max_sessions) + ")";
+  }
   Response decode_and_handle(State& st, grpc::ByteBuffer& bytes);
   Response decode_and_handle(State& st, const std::string& bytes);
   Response handle(State& st, const Request& req);
@@ -279,20 +297,9 @@ grpc::Status Service::RawSession(grpc::ServerContext* context, RawStream* stream
   // The session's slot and everything it holds are given back by scope, on
   // every way out: an exception (from gRPC's read or write, or a decode
   // that ran out of memory) included.
-  struct Slot {
-    std::atomic<int>& n;
-    ~Slot() { n.fetch_sub(1); }
-  };
-  const bool room = sessions_.fetch_add(1) < options_.max_sessions;
-  Slot slot{sessions_};
-  if (!room) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many sessions (the server runs at most " +
-                                                                      std::to_string(options_.max_sessions) + ")");
-  State st;
-  struct Release {
-    Service& service;
-    State& st;
-    ~Release() { service.release(st); }
-  } release_at_exit{*this, st};
+  Seat seat(*this);
+  if (!seat.room) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, too_many_sessions());
+  State& st = seat.st;
   try {
     grpc::ByteBuffer in;
     while (stream->Read(&in)) {
@@ -326,19 +333,9 @@ void Service::FramedSession(int fd) {
   };
   if (read_frame(fd, bytes, how) != FrameResult::ok) return;
   if (!same_secret(bytes, options_.token)) return refuse("a valid token is required");
-  struct Slot {
-    std::atomic<int>& n;
-    ~Slot() { n.fetch_sub(1); }
-  };
-  const bool room = sessions_.fetch_add(1) < options_.max_sessions;
-  Slot slot{sessions_};
-  if (!room) return refuse("too many sessions (the server runs at most " + std::to_string(options_.max_sessions) + ")");
-  State st;
-  struct Release {
-    Service& service;
-    State& st;
-    ~Release() { service.release(st); }
-  } release_at_exit{*this, st};
+  Seat seat(*this);
+  if (!seat.room) return refuse(too_many_sessions());
+  State& st = seat.st;
   // A request's bytes are held against the budget while it is read and
   // handled, as gRPC's received messages are.
   Held frame(budget_);
