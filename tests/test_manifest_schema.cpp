@@ -33,7 +33,7 @@ const Json kSchema = Json::parse(R"({
         "type": "object",
         "required": ["op"],
         "additionalProperties": false,
-        "properties": {"op": {"type": "string"}, "dims": {"type": "array", "items": {"type": "integer"}}}
+        "properties": {"op": {"type": "string"}, "dims": {"type": "array", "maxItems": 3, "items": {"type": "integer"}}}
       }
     }
   }
@@ -85,6 +85,10 @@ TEST_CASE("compiled schema: each keyword's message names the place", "[manifest]
   CHECK(check(s, R"({"name": "ab", "scale": -2, "rows": [{"op": "a"}]})") == "at /scale: -2 is below the minimum -1.5");
   CHECK(check(s, R"({"name": "ab", "colour": 1, "rows": [{"op": "a"}]})") == "at /: unknown key \"colour\"");
   CHECK(check(s, R"({"name": "ab", "rows": []})") == "at /rows: too few items");
+  // maxItems (once ignored: a test_ranges entry of three numbers passed).
+  CHECK(check(s, R"({"name": "ab", "rows": [{"op": "a", "dims": [1, 2, 3]}]})") == "ok");
+  CHECK(check(s, R"({"name": "ab", "rows": [{"op": "a", "dims": [1, 2, 3, 4]}]})") ==
+        "at /rows/0/dims: too many items (at most 3)");
   CHECK(check(s, R"({"name": "ab", "rows": [{"op": "a"}, {"op": "b", "dims": [1, "2"]}]})") ==
         "at /rows/1/dims/1: expected integer, found string");
   CHECK(check(s, R"({"name": "ab", "rows": [{"op": "a"}, {"dims": []}]})") == "at /rows/1: missing required key \"op\"");
@@ -182,6 +186,16 @@ TEST_CASE("a defect deep in a large manifest is named with its file and row", "[
   j = cpu;
   j["plugin"]["kernels"][123]["bundle_slots"] = 17;
   CHECK_THAT(manifest_error(dir, "row123.json", j), Catch::Contains("at /plugin/kernels/123/bundle_slots: 17 is above the maximum 16"));
+  // A vendor op's [lo, hi] of three numbers (the schema's maxItems, once ignored).
+  j = cpu;
+  int vendor_with_ranges = -1;
+  auto& vendor = j["plugin"]["vendor_ops"];
+  for (size_t v = 0; v < vendor.size() && vendor_with_ranges < 0; ++v)
+    if (vendor[v].contains("test_ranges")) vendor_with_ranges = static_cast<int>(v);
+  REQUIRE(vendor_with_ranges >= 0);
+  vendor[static_cast<size_t>(vendor_with_ranges)]["test_ranges"][1] = Json::array({0, 1, 2});
+  CHECK_THAT(manifest_error(dir, "ranges.json", j),
+             Catch::Contains("/test_ranges/1: too many items (at most 2)"));
   j = cpu;
   j["plugin"]["kernels"][7]["op"] = "Add";
   CHECK_THAT(manifest_error(dir, "row7.json", j), Catch::Contains("at /plugin/kernels/7/op: \"Add\" does not match"));

@@ -285,7 +285,7 @@ struct CompiledSchema::Node {
   bool has_enum = false;
   nlohmann::json enum_values;  // "enum"
   std::string enum_text;       // ... as the message quotes it
-  std::optional<size_t> min_length, min_items;
+  std::optional<size_t> min_length, min_items, max_items;
   int pattern = -1;  // into patterns_
   std::optional<double> minimum, maximum;
   std::string minimum_text, maximum_text;
@@ -376,6 +376,7 @@ int CompiledSchema::compile(const nlohmann::json& s) {
     for (const auto& r : s["required"]) n.required.push_back(r.get<std::string>());
   n.closed = s.contains("additionalProperties") && s["additionalProperties"] == false;
   if (s.contains("minItems")) n.min_items = s["minItems"].get<size_t>();
+  if (s.contains("maxItems")) n.max_items = s["maxItems"].get<size_t>();
   const int self = static_cast<int>(nodes_.size());
   nodes_.push_back(std::move(n));
   // Children after the parent is in place (nodes_ may move as it grows).
@@ -430,6 +431,7 @@ std::optional<std::string> CompiledSchema::check(int node, const nlohmann::json&
   }
   if (v.is_array()) {
     if (s.min_items && v.size() < *s.min_items) return fail("too few items");
+    if (s.max_items && v.size() > *s.max_items) return fail("too many items (at most " + std::to_string(*s.max_items) + ")");
     if (s.items >= 0)
       for (size_t i = 0; i < v.size(); ++i) {
         const Path here{at, {}, i, false};
