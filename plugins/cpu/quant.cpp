@@ -489,13 +489,15 @@ template <bool Q4, int R> BP_QUANT_AVX2 void a8_avx2(const QuantArgs& g, const A
   }
 }
 
+// Weight rows outer, a's rows inner: a group's weights are read from memory
+// once and stay in L1 while every row of a (a prompt's tokens) uses them.
 template <bool Q4> void a8_rows(const QuantArgs& g, const A8Rows& a, A8Path path, int64_t n0, int64_t n1) {
   if (path == A8Path::scalar) return a8_rows_scalar<Q4>(g, a, n0, n1);
-  for (int64_t m = 0; m < g.M; ++m) {
-    int64_t n = n0;
-    for (; n + 4 <= n1; n += 4) path == A8Path::vnni ? a8_vnni<Q4, 4>(g, a, m, n) : a8_avx2<Q4, 4>(g, a, m, n);
-    for (; n < n1; ++n) path == A8Path::vnni ? a8_vnni<Q4, 1>(g, a, m, n) : a8_avx2<Q4, 1>(g, a, m, n);
-  }
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4)
+    for (int64_t m = 0; m < g.M; ++m) path == A8Path::vnni ? a8_vnni<Q4, 4>(g, a, m, n) : a8_avx2<Q4, 4>(g, a, m, n);
+  for (; n < n1; ++n)
+    for (int64_t m = 0; m < g.M; ++m) path == A8Path::vnni ? a8_vnni<Q4, 1>(g, a, m, n) : a8_avx2<Q4, 1>(g, a, m, n);
 }
 
 // The four kernels: Q4 picks the weight format, A8 whether a is rounded too.
@@ -535,9 +537,10 @@ template <bool Q4, bool A8> struct MatmulQK {
           for (int64_t n = 0; n < N; ++n) g.y[m * g.ldy + n] = 0.0f;
         return;
       }
-      if (M >= 4) {
+      if (M >= 4 && !(A8 && a8_path() != A8Path::scalar)) {
         if constexpr (A8) {
-          // A prompt's rows: a as its blocks give it back, then the f32 GEMM.
+          // A prompt's rows without integer products: a as its blocks give
+          // it back, then the f32 GEMM.
           const A8Rows r = quantize_rows<Q4>(g, A8Path::scalar);
           std::vector<float> back(static_cast<size_t>(M * K));
           for (int64_t i = 0; i < M * K; ++i) back[static_cast<size_t>(i)] = r.q[static_cast<size_t>(i)] * r.s[static_cast<size_t>(i / kBlock)];
