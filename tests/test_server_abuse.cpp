@@ -616,6 +616,78 @@ TEST_CASE("serve limits: every new buffer starts as zeros, after a free and in a
   c.end();
 }
 
+// Catches: the zeroing of a new buffer, done only once the session could
+// see its bytes (Buffer::clean_to), skipped for bytes the client did not
+// write: a gap before a write, a buffer first seen by a kernel rather than
+// a read, the tail after writes that arrived alone, in their own requests.
+TEST_CASE("serve limits: a new buffer's bytes the client did not write read as zeros, by a read or a kernel", "[remote][abuse]") {
+  LimitedServer server({}, Limits{});
+  constexpr uint64_t kSize = 4096;
+  const std::string pattern(kSize, '\xA5');
+  Session s(server.address());
+  auto h = s.ask(hello());
+  REQUIRE(h);
+  const uint32_t add = add_kernel(*h);
+  REQUIRE(add != UINT32_MAX);
+  // Freed memory full of 0xA5 for the next allocations to reuse.
+  auto dirty = [&](int n) {
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(allocated(s, kSize));
+    for (uint64_t id : ids) REQUIRE(written_then_read(s, id, pattern, kSize) == pattern);
+    for (uint64_t id : ids) REQUIRE(s.ask(free_buffer(id)));
+  };
+  auto write_alone = [&](uint64_t id, uint64_t offset, const std::string& data) {
+    rp::Request r;
+    auto* w = r.mutable_batch()->add_writes();
+    w->set_buffer(id);
+    w->set_offset(offset);
+    w->set_data(data);
+    auto resp = s.ask(r);
+    REQUIRE(resp);
+    REQUIRE(!resp->has_failure());
+  };
+  SECTION("a write past the start: the gap before it, and the tail") {
+    dirty(4);
+    const uint64_t id = allocated(s, kSize);
+    write_alone(id, 100, "abcd");
+    write_alone(id, 104, "efgh");  // extends what was written
+    write_alone(id, 200, "ijkl");  // after a second gap
+    std::string want(kSize, '\0');
+    want.replace(100, 8, "abcdefgh");
+    want.replace(200, 4, "ijkl");
+    CHECK(written_then_read(s, id, "", kSize) == want);
+  }
+  SECTION("written from the start in pieces, then read: only the tail is zeroed") {
+    dirty(4);
+    const uint64_t id = allocated(s, kSize);
+    write_alone(id, 0, std::string(1000, 'x'));
+    write_alone(id, 1000, std::string(1000, 'y'));
+    std::string want(kSize, '\0');
+    want.replace(0, 1000, std::string(1000, 'x'));
+    want.replace(1000, 1000, std::string(1000, 'y'));
+    CHECK(written_then_read(s, id, "", kSize) == want);
+  }
+  SECTION("a kernel sees a new buffer first") {
+    dirty(4);
+    const uint64_t in = allocated(s, kSize);
+    // The output: written whole by the client first, so nothing later zeroes it.
+    const uint64_t out = allocated(s, kSize);
+    write_alone(out, 0, std::string(kSize, '\x11'));
+    rp::Request r;
+    auto call = backplane::remotetest::add_call(add, in);  // out[0:24] = in + in
+    call.mutable_outputs(0)->set_buffer(out);
+    *r.mutable_batch()->add_calls() = call;
+    auto resp = s.ask(r);
+    REQUIRE(resp);
+    INFO(resp->failure().message());
+    REQUIRE(!resp->has_failure());
+    // 0 + 0: 0xA5A5A5A5 as a float doubled would not be zero.
+    std::string want(kSize, '\x11');
+    want.replace(0, 24, std::string(24, '\0'));
+    CHECK(written_then_read(s, out, "", kSize) == want);
+  }
+}
+
 // Catches: no cap on a session's buffers (docs/remote.md: at most 65536), a
 // cap at another count, a refusal without its message, or a session or
 // server that stops after it. The allocations are pipelined (a reader

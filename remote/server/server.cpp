@@ -153,9 +153,15 @@ class Service final : public Remote::Service {
     uint64_t size;
     void* host_ptr;
     bool counted;  // device memory against --max-memory (not shared-memory imports)
+    // [0, clean_to) holds zeros or what the client wrote; the rest holds
+    // what the allocator left there, and is zeroed before the session can
+    // see any of it (a read or a kernel call: zero_pending). An upload that
+    // writes the buffer from its start never pays for zeroing it.
+    uint64_t clean_to;
   };
   struct State {
     std::unordered_map<uint64_t, Buffer> buffers;
+    std::vector<uint64_t> unclean;  // buffers whose clean_to may be short of their size
     uint64_t next_buffer = 1;
     uint64_t bytes = 0;  // counted buffers' bytes (in the budget)
     std::unordered_map<uint64_t, std::vector<CheckedCall>> sequences;
@@ -202,6 +208,12 @@ class Service final : public Remote::Service {
   // [offset, offset + size) of the memory shared with the client, or nullptr.
   char* shared(uint64_t offset, uint64_t size) const;
   void release(State& st);
+  // After [offset, offset + n) of `b` was written: its clean prefix grows
+  // past it, a gap before it zeroed.
+  static void written(Buffer& b, uint64_t offset, uint64_t n);
+  // Zeroes what no buffer of the session has had written yet: before a
+  // read or a kernel call lets the session see any of it.
+  static void zero_pending(State& st);
   void drop_sequence(State& st, std::unordered_map<uint64_t, std::vector<CheckedCall>>::iterator it);
   // "" when the session may hold n more bytes (--max-memory); `what` starts the message.
   std::string session_room(const State& st, uint64_t n, const std::string& what) const;
@@ -447,7 +459,10 @@ Response Service::direct_writes(State& st, Open& open) {
   auto raw = open();
   const bool done = raw && direct::walk(*raw, [&](uint64_t id, uint64_t offset, uint32_t n, direct::io::CodedInputStream& in) {
     // Checked by direct_writes_fit over the same bytes.
-    return in.ReadRaw(static_cast<char*>(st.buffers.at(id).host_ptr) + offset, static_cast<int>(n));
+    Buffer& buf = st.buffers.at(id);
+    if (!in.ReadRaw(static_cast<char*>(buf.host_ptr) + offset, static_cast<int>(n))) return false;
+    written(buf, offset, n);
+    return true;
   });
   if (!done) return failure(BP_ERR_INTERNAL, "write: the request changed between two readings");
   Response r;
@@ -630,7 +645,7 @@ Response Service::allocate(State& st, const Allocate& a) {
     if (bp_error* e = d.plugin->api()->buffer_import_host(d.plugin->ctx(), d.handle, shm_ + a.shm_offset(), a.size(), &buf))
       return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "allocate on " + d.device->name() + ": " + take(*d.plugin, e));
     const uint64_t id = st.next_buffer++;
-    st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), shm_ + a.shm_offset(), false};
+    st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), shm_ + a.shm_offset(), false, a.size()};
     Response r;
     r.mutable_allocate()->set_buffer(id);
     return r;
@@ -652,9 +667,11 @@ Response Service::allocate(State& st, const Allocate& a) {
   if (bp_error* e = d.plugin->api()->buffer_allocate(d.plugin->ctx(), d.handle, a.size(), &buf))
     return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "allocate on " + d.device->name() + ": " + take(*d.plugin, e));
   // A fresh buffer may hold what another session (or the server) left in
-  // that memory: it starts as zeros.
+  // that memory: it starts as zeros. Host memory is zeroed once the session
+  // could see it, less what the client wrote first (Buffer::clean_to).
+  uint64_t clean_to = a.size();
   if (buf.host_ptr) {
-    std::memset(buf.host_ptr, 0, a.size());
+    clean_to = 0;
   } else {
     static const std::vector<char> zeros(size_t{1} << 20, 0);
     for (uint64_t done = 0; done < a.size();) {
@@ -668,7 +685,19 @@ Response Service::allocate(State& st, const Allocate& a) {
     }
   }
   const uint64_t id = st.next_buffer++;
-  st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), buf.host_ptr, true};
+  st.buffers[id] = Buffer{a.device(), buf.handle, a.size(), buf.host_ptr, true, clean_to};
+  if (clean_to < a.size()) {
+    // Ids of freed or clean buffers are dropped once they outnumber the
+    // rest: allocations without a read in between cannot grow the list.
+    if (st.unclean.size() > 2 * st.buffers.size() + 64)
+      st.unclean.erase(std::remove_if(st.unclean.begin(), st.unclean.end(),
+                                      [&](uint64_t u) {
+                                        auto it = st.buffers.find(u);
+                                        return it == st.buffers.end() || it->second.clean_to >= it->second.size;
+                                      }),
+                       st.unclean.end());
+    st.unclean.push_back(id);
+  }
   st.bytes += a.size();
   held.bytes = 0;  // now the session's, given back by free or at its end
   Response r;
@@ -684,6 +713,7 @@ Response Service::batch(State& st, const Batch& b) {
       static_cast<size_t>(b.reads_size()) > kMaxReadsPerBatch)
     return failure(BP_ERR_INVALID_ARGUMENT, "batch: too many writes, calls or reads");
   if (auto f = batch_writes(st, b)) return *f;
+  if (b.calls_size() > 0 || b.replay() != 0 || b.reads_size() > 0) zero_pending(st);
   std::vector<CheckedCall> fresh;
   const std::vector<CheckedCall>* calls = &fresh;
   if (auto f = batch_calls(st, b, fresh, calls)) return *f;
@@ -692,6 +722,23 @@ Response Service::batch(State& st, const Batch& b) {
     if (auto f = run_calls(st, b, *calls, *r.mutable_batch())) return *f;
   if (auto f = batch_reads(st, b, *r.mutable_batch())) return *f;
   return r;
+}
+
+void Service::written(Buffer& b, uint64_t offset, uint64_t n) {
+  if (b.clean_to >= b.size || offset > b.size || n > b.size - offset) return;
+  if (offset > b.clean_to) std::memset(static_cast<char*>(b.host_ptr) + b.clean_to, 0, offset - b.clean_to);
+  if (offset + n > b.clean_to) b.clean_to = offset + n;
+}
+
+void Service::zero_pending(State& st) {
+  for (uint64_t id : st.unclean) {
+    auto it = st.buffers.find(id);
+    if (it == st.buffers.end()) continue;  // freed
+    Buffer& b = it->second;
+    if (b.clean_to < b.size) std::memset(static_cast<char*>(b.host_ptr) + b.clean_to, 0, b.size - b.clean_to);
+    b.clean_to = b.size;
+  }
+  st.unclean.clear();
 }
 
 std::string Service::range(State& st, uint64_t id, uint64_t offset, uint64_t size, const char* what, Buffer*& out) {
@@ -764,6 +811,7 @@ std::optional<Response> Service::batch_writes(State& st, const Batch& b) {
     auto& d = *devices_[buf->device];
     if (bp_error* e = d.plugin->api()->buffer_write(d.plugin->ctx(), d.handle, buf->handle, w.offset(), src, size))
       return failure(d.plugin->api()->error_code(d.plugin->ctx(), e), "write on " + d.device->name() + ": " + take(*d.plugin, e));
+    written(*buf, w.offset(), size);
   }
   return std::nullopt;
 }
