@@ -43,11 +43,26 @@ class GrpcLink final : public Link {
       throw sdk::Error(BP_ERR_UNAVAILABLE, "cannot connect to " + address + " within " +
                                                std::to_string(connect_ms.count()) + " ms" + hint);
     }
-    stub_ = Remote::NewStub(channel_);
+    // The stream sends bytes, not messages: a bulk write arrives already in
+    // wire form (write_encoded), other requests are serialized here.
     context_.AddMetadata(kTokenKey, token);
-    stream_ = stub_->Session(&context_);
+    const grpc::internal::RpcMethod method("/backplane.remote.Remote/Session", grpc::internal::RpcMethod::BIDI_STREAMING,
+                                           channel_);
+    stream_.reset(grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, Response>::Create(channel_.get(), method,
+                                                                                                 &context_));
   }
-  bool write(const Request& req) override { return stream_->Write(req); }
+  bool write(const Request& req) override {
+    grpc::ByteBuffer bytes;
+    bool own = false;
+    return grpc::SerializationTraits<Request>::Serialize(req, &bytes, &own).ok() && stream_->Write(bytes);
+  }
+  bool write_encoded(std::string&& bytes) override {
+    // The slice owns the string: no copy of the bytes.
+    auto* owned = new std::string(std::move(bytes));
+    grpc::Slice slice(owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); }, owned);
+    grpc::ByteBuffer buffer(&slice, 1);
+    return stream_->Write(buffer);
+  }
   bool read(Response& resp) override { return stream_->Read(&resp); }
   void cancel() override { context_.TryCancel(); }
   std::string finish() override {
@@ -60,9 +75,8 @@ class GrpcLink final : public Link {
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<Remote::Stub> stub_;
   grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<Request, Response>> stream_;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, Response>> stream_;
 };
 
 // How long the host polls for a child's reply before it sleeps: a small
@@ -92,6 +106,11 @@ class FramedLink final : public Link {
   ~FramedLink() override { ::close(fd_); }
   bool write(const Request& req) override {
     if (write_frame(fd_, req, scratch_)) return true;
+    error_ = errno;
+    return false;
+  }
+  bool write_encoded(std::string&& bytes) override {
+    if (write_frame_bytes(fd_, bytes)) return true;
     error_ = errno;
     return false;
   }

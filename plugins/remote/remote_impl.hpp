@@ -138,6 +138,9 @@ class Link {
   virtual ~Link() = default;
   // False once the session is gone (lost(), then finish(), say why).
   virtual bool write(const Request& req) = 0;
+  // A Request already in wire form (encode_write): a bulk write's bytes go
+  // into it once, not into a Write message and then its serialization.
+  virtual bool write_encoded(std::string&& bytes) = 0;
   virtual bool read(Response& resp) = 0;
   // From any thread: a read or write waiting now, and every later one, fails.
   virtual void cancel() = 0;
@@ -263,6 +266,7 @@ class Instance {
   void describe_loss(Server& s, const std::string& what);
   Response exchange(Server& s, const Request& req);  // s.mu held; throws sdk::Error
   void post(Server& s, const Request& req);          // sends without waiting for the reply
+  void post_encoded(Server& s, std::string&& bytes);  // the same for a Request in wire form
   Response receive(Server& s);                       // the reply of the oldest posted request
   [[noreturn]] void lost(Server& s);
   // The host's bound on the requests to an isolated child (Guard).

@@ -258,6 +258,13 @@ void Instance::post(Server& s, const Request& req) {
   send(s, req);
 }
 
+void Instance::post_encoded(Server& s, std::string&& bytes) {
+  Waiting w(s, "buffer_write");
+  if (s.broken) throw sdk::Error(BP_ERR_UNAVAILABLE, who() + " (" + s.label + "): " + s.broken_reason);
+  if (!s.link->write_encoded(std::move(bytes))) lost(s);
+  ++s.outstanding;
+}
+
 Response Instance::receive(Server& s) {
   Waiting w(s, "a reply");
   Response resp;
