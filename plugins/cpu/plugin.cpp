@@ -201,7 +201,12 @@ BlockHeader* checked_header(uint64_t handle, const char* what) {
 // kKeptBytes are kept; the oldest go first. Off under the sanitizers, which
 // must see every free.
 // kKeptBytes: 512 MiB, or a sixteenth of the machine's memory when less.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define BP_CPU_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(BP_CPU_SANITIZED)
 const uint64_t kKeptBytes = 0;
 #else
 const uint64_t kKeptBytes = std::min<uint64_t>(
