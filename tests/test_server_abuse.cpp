@@ -1032,6 +1032,15 @@ TEST_CASE("serve: writes alone land where protobuf says, whatever the order of t
   r = send(raw_writes({field_varint(1, id) + field_varint(2, 62) + field_bytes(3, "1234")}));
   CHECK_THAT(r.failure().message(), Catch::Contains("outside a buffer of 64"));
   CHECK(read_back(id) == want);
+  // A batch whose length claims more bytes than the message holds: refused
+  // by the decoder, nothing written (the direct path once took it).
+  {
+    const std::string body = field_bytes(1, field_varint(1, id) + field_varint(2, 30) + field_bytes(3, "LONG"));
+    const std::string bytes = varint((4 << 3) | 2) + varint(body.size() + 10) + body;
+    r = send(bytes);
+    CHECK(r.has_failure());
+    CHECK(read_back(id) == want);
+  }
   // A valid write and then one past the end: the first is applied, the
   // second refused, as writes are applied in order.
   r = send(raw_writes({field_varint(1, id) + field_varint(2, 0) + field_bytes(3, "Z"),

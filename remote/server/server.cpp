@@ -419,11 +419,13 @@ bool walk(io::ZeroCopyInputStream& raw, Each each) {
   io::CodedInputStream in(&raw);
   in.SetTotalBytesLimit(INT_MAX);
   uint32_t len = 0;
-  if (in.ReadTag() != kBatch || !in.ReadVarint32(&len)) return false;
+  // Every length must fit, and every message end exactly where its length
+  // says (a length past the bytes there is left to the decoder to refuse).
+  if (in.ReadTag() != kBatch || !in.ReadVarint32(&len) || len > INT_MAX) return false;
   const auto batch = in.PushLimit(static_cast<int>(len));
   size_t writes = 0;
   for (uint32_t t = in.ReadTag(); t != 0; t = in.ReadTag()) {
-    if (t != kWrite || ++writes > kMaxWritesPerBatch || !in.ReadVarint32(&len)) return false;
+    if (t != kWrite || ++writes > kMaxWritesPerBatch || !in.ReadVarint32(&len) || len > INT_MAX) return false;
     const auto write = in.PushLimit(static_cast<int>(len));
     uint64_t buffer = 0, offset = 0;
     uint32_t n = 0;
@@ -432,11 +434,11 @@ bool walk(io::ZeroCopyInputStream& raw, Each each) {
     if (t == kBuffer) t = in.ReadTag();
     if (t == kOffset && !in.ReadVarint64(&offset)) return false;
     if (t == kOffset) t = in.ReadTag();
-    if (t != kData || !in.ReadVarint32(&n) || !each(buffer, offset, n, in)) return false;
-    if (in.ReadTag() != 0 || !in.ConsumedEntireMessage()) return false;
+    if (t != kData || !in.ReadVarint32(&n) || n > INT_MAX || !each(buffer, offset, n, in)) return false;
+    if (in.BytesUntilLimit() != 0) return false;  // fields after data, or a short message
     in.PopLimit(write);
   }
-  if (!in.ConsumedEntireMessage()) return false;
+  if (in.BytesUntilLimit() != 0) return false;
   in.PopLimit(batch);
   return writes > 0 && in.ReadTag() == 0 && in.ConsumedEntireMessage();
 }
