@@ -236,6 +236,16 @@ void* take_kept(uint64_t total) {
     }
   return nullptr;
 }
+// Frees every kept block; false when there was none.
+bool drop_kept() {
+  Kept& k = kept();
+  std::lock_guard<std::mutex> lk(k.mu);
+  if (k.blocks.empty()) return false;
+  for (auto& b : k.blocks) std::free(b.second);
+  k.blocks.clear();
+  k.bytes = 0;
+  return true;
+}
 // False when the block is not kept (the caller frees it).
 bool keep(void* p, uint64_t total) {
   if (total > kKeptBytes) return false;
@@ -263,7 +273,10 @@ bp_error* buffer_allocate(void*, bp_device* device, uint64_t size, bp_buffer* ou
     const uint64_t total = (size + kAlign + kAlign - 1) / kAlign * kAlign;
     void* p = huge ? take_kept(total) : nullptr;
     if (!p) {
-      if (posix_memalign(&p, align, total) != 0 || p == nullptr)
+      // Short of memory (or of address space, under `ulimit -v`): the kept
+      // blocks go back first, then the allocation is tried again.
+      if ((posix_memalign(&p, align, total) != 0 || p == nullptr) &&
+          (!drop_kept() || posix_memalign(&p, align, total) != 0 || p == nullptr))
         sdk::fail(BP_ERR_OUT_OF_MEMORY, "buffer_allocate: cannot allocate " + std::to_string(size) + " bytes");
 #ifdef MADV_HUGEPAGE
       if (huge) madvise(p, total, MADV_HUGEPAGE);  // advisory; failure is harmless
