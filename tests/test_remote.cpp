@@ -193,8 +193,8 @@ TEST_CASE("remote: a served CPU device runs a graph, alone and beside a local de
   CHECK(crossed);
 }
 
-// Catches: the wire path's pieces (4 MiB each, writes posted without
-// waiting, reads four requests ahead of their replies) put back at the
+// Catches: the wire path's pieces (1 MiB each, writes posted without
+// waiting, reads eight requests ahead of their replies) put back at the
 // wrong offset, in the wrong order, or short at the tail; a read's reply
 // taken for an earlier write's; a queued write's failure lost.
 TEST_CASE("remote: 21 MiB up and down in pieces arrive whole and in order", "[remote]") {

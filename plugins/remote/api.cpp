@@ -260,7 +260,7 @@ void check_read_reply(const Response& r, uint64_t n) {
 // Reads [offset, offset + size) of buffer `id` over the wire in pieces of
 // kWireChunkBytes, kReadsInFlight requests ahead of the replies: the server
 // reads and sends the next pieces while this side takes in the last.
-constexpr int kReadsInFlight = 4;
+constexpr int kReadsInFlight = 8;
 void read_over_wire(Server& s, uint64_t id, uint64_t offset, char* p, uint64_t size) {
   if (size == 0) return;
   // Queued writes go first, in the first request.

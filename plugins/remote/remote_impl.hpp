@@ -101,8 +101,10 @@ constexpr uint64_t kArenaFloorBytes = uint64_t{64} << 20;
 constexpr uint64_t kRetainBytes = uint64_t{1} << 30;
 // Bytes of one Write or Read on the wire (not staged in shared memory):
 // pieces this size reuse the allocator's memory, where 32 MiB pieces were
-// fresh pages (mapped, faulted in and zeroed) for every message.
-constexpr uint64_t kWireChunkBytes = uint64_t{4} << 20;
+// fresh pages (mapped, faulted in and zeroed) for every message, and keep
+// both sides busy: a 256 MiB TCP+TLS upload measured 0.8-1.2 GB/s with 4 MiB
+// pieces, 0.8-1.3 (median 1.17) with 1 MiB, 0.65-0.73 with 16 MiB.
+constexpr uint64_t kWireChunkBytes = uint64_t{1} << 20;
 // Below this a write or read goes inline in the message: cheaper than a
 // round of staging.
 constexpr uint64_t kShmThreshold = 16 * 1024;
