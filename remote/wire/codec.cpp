@@ -311,6 +311,7 @@ std::string decode_params(const Params& in, bp_op_params& out, std::string& json
       u.attention.scale = F[0];
       u.attention.causal = B[0];
       break;
+    case BP_PARAMS_FUSED: break;  // decoded by decode_fused, above
   }
   return {};
 }
