@@ -1050,6 +1050,30 @@ TEST_CASE("serve: writes alone land where protobuf says, whatever the order of t
   CHECK(read_back(id) == want);
 }
 
+// Catches: a bulk write encoded by hand (encode_bulk_write) that differs
+// from protobuf's own serialization of the same Request (a wrong field
+// number, length or order), which the server would decode as something else.
+TEST_CASE("remote: a bulk write in wire form is protobuf's own serialization of the request", "[remote]") {
+  std::string data(70000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131);
+  for (uint64_t offset : {uint64_t{0}, uint64_t{300}, uint64_t{1} << 40}) {
+    const std::string encoded = rp::encode_bulk_write(7, offset, data.data(), data.size());
+    rp::Request want;
+    auto* w = want.mutable_batch()->add_writes();
+    w->set_buffer(7);
+    w->set_offset(offset);
+    w->set_data(data);
+    rp::Request got;
+    REQUIRE(got.ParseFromString(encoded));
+    REQUIRE(got.batch().writes_size() == 1);
+    CHECK(got.batch().writes(0).buffer() == 7);
+    CHECK(got.batch().writes(0).offset() == offset);
+    CHECK(got.batch().writes(0).data() == data);
+    // protobuf leaves a zero offset out; otherwise the bytes are its own.
+    if (offset != 0) CHECK(encoded == want.SerializeAsString());
+  }
+}
+
 // Catches: a framed session whose request bytes are not held against
 // --max-total-memory while it is read (16 sessions of 80 MiB each would
 // then pin 1.3 GB before a byte is checked).

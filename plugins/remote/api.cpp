@@ -136,51 +136,6 @@ char* shm_span(Server& s, uint64_t handle, uint64_t offset, uint64_t size) {
   return it->second.base + it->second.offset + offset;
 }
 
-namespace {
-
-// From this size a write piece travels as its own request in wire form.
-constexpr uint64_t kEncodeBytes = 64 * 1024;
-
-void put_varint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-size_t varint_size(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) v >>= 7, ++n;
-  return n;
-}
-
-// Request{batch{writes{buffer, offset, data}}} in protobuf's wire form
-// (backplane_remote.proto: Request.batch = 4, Batch.writes = 1, Write.buffer
-// = 1, .offset = 2, .data = 3), the form the server copies from straight
-// into the buffer.
-std::string encode_write(uint64_t buffer, uint64_t offset, const char* data, uint64_t n) {
-  std::string head;
-  head.push_back(0x08);  // buffer, varint
-  put_varint(head, buffer);
-  head.push_back(0x10);  // offset, varint
-  put_varint(head, offset);
-  head.push_back(0x1a);  // data, length-delimited
-  put_varint(head, n);
-  const uint64_t write_len = head.size() + n;
-  const uint64_t batch_len = 1 + varint_size(write_len) + write_len;
-  std::string out;
-  out.reserve(static_cast<size_t>(1 + varint_size(batch_len) + batch_len));
-  out.push_back(0x22);  // Request.batch, length-delimited
-  put_varint(out, batch_len);
-  out.push_back(0x0a);  // Batch.writes, length-delimited
-  put_varint(out, write_len);
-  out += head;
-  out.append(data, static_cast<size_t>(n));
-  return out;
-}
-
-}  // namespace
-
 bp_error* buffer_write(void*, bp_device* device, uint64_t handle, uint64_t offset, const void* src, uint64_t size) {
   return sdk::guard([&] {
     auto* d = dev_of(device);
@@ -215,7 +170,7 @@ bp_error* buffer_write(void*, bp_device* device, uint64_t handle, uint64_t offse
     }
     for (uint64_t done = 0; done < size || (size == 0 && done == 0);) {
       const uint64_t n = std::min<uint64_t>(size - done, kWireChunkBytes);
-      if (n >= kEncodeBytes) {
+      if (n >= kBulkWriteBytes) {
         // A bulk piece: queued writes first (order), then the piece as one
         // request in wire form, its bytes copied once.
         if (!s.pending_writes.empty()) {
@@ -225,7 +180,7 @@ bp_error* buffer_write(void*, bp_device* device, uint64_t handle, uint64_t offse
           s.pending_bytes = 0;
           s.owner->post(s, req);
         }
-        s.owner->post_encoded(s, encode_write(id, offset + done, p + done, n));
+        s.owner->post_encoded(s, encode_bulk_write(id, offset + done, p + done, n));
         done += n;
         continue;
       }

@@ -404,12 +404,11 @@ void Service::close_local(Local& l) { release(l.st); }
 namespace direct {
 namespace io = google::protobuf::io;
 using Wire = google::protobuf::internal::WireFormatLite;
-constexpr uint32_t tag(int field, Wire::WireType type) { return (static_cast<uint32_t>(field) << 3) | type; }
-constexpr uint32_t kBatch = tag(4, Wire::WIRETYPE_LENGTH_DELIMITED);
-constexpr uint32_t kWrite = tag(1, Wire::WIRETYPE_LENGTH_DELIMITED);
-constexpr uint32_t kBuffer = tag(1, Wire::WIRETYPE_VARINT);
-constexpr uint32_t kOffset = tag(2, Wire::WIRETYPE_VARINT);
-constexpr uint32_t kData = tag(3, Wire::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kBatch = Wire::MakeTag(Request::kBatchFieldNumber, Wire::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kWrite = Wire::MakeTag(Batch::kWritesFieldNumber, Wire::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kBuffer = Wire::MakeTag(Write::kBufferFieldNumber, Wire::WIRETYPE_VARINT);
+constexpr uint32_t kOffset = Wire::MakeTag(Write::kOffsetFieldNumber, Wire::WIRETYPE_VARINT);
+constexpr uint32_t kData = Wire::MakeTag(Write::kDataFieldNumber, Wire::WIRETYPE_LENGTH_DELIMITED);
 
 // Walks the writes; `each(buffer, offset, size, in)` must consume the
 // size bytes (skip or copy) and say whether to go on. False when the
@@ -478,7 +477,10 @@ Response Service::direct_writes(State& st, Open& open) {
 template <class Open>
 Response Service::decode_and_handle_from(State& st, Open open) {
   try {
-    // A batch of writes alone (a bulk upload) goes straight into host memory.
+    // A batch of writes alone (a bulk upload, encode_bulk_write) goes
+    // straight into host memory. Any other request leaves the first pass at
+    // its first field or two (a 1-element isolated call measured the same
+    // with and without a size gate in front of it: 5.2-5.4 us).
     if (direct_writes_fit(st, open)) return direct_writes(st, open);
     uint64_t need = 0;
     {

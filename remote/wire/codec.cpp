@@ -1,5 +1,8 @@
 #include "codec.hpp"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -342,6 +345,31 @@ bool same_secret(const std::string& a, const std::string& b) {
     diff |= static_cast<unsigned>(x ^ y);
   }
   return diff == 0;
+}
+
+std::string encode_bulk_write(uint64_t buffer, uint64_t offset, const char* data, uint64_t n) {
+  using Wire = google::protobuf::internal::WireFormatLite;
+  using Out = google::protobuf::io::CodedOutputStream;
+  constexpr auto kLen = Wire::WIRETYPE_LENGTH_DELIMITED;
+  // Write's fields before its bytes, then the two enclosing headers.
+  uint8_t head[64];
+  uint8_t* h = Wire::WriteUInt64ToArray(Write::kBufferFieldNumber, buffer, head);
+  h = Wire::WriteUInt64ToArray(Write::kOffsetFieldNumber, offset, h);
+  h = Wire::WriteTagToArray(Write::kDataFieldNumber, kLen, h);
+  h = Out::WriteVarint64ToArray(n, h);
+  const uint64_t write_len = static_cast<uint64_t>(h - head) + n;
+  const uint64_t batch_len = Out::VarintSize32(Wire::MakeTag(Batch::kWritesFieldNumber, kLen)) + Out::VarintSize64(write_len) + write_len;
+  uint8_t outer[32];
+  uint8_t* o = Wire::WriteTagToArray(Request::kBatchFieldNumber, kLen, outer);
+  o = Out::WriteVarint64ToArray(batch_len, o);
+  o = Wire::WriteTagToArray(Batch::kWritesFieldNumber, kLen, o);
+  o = Out::WriteVarint64ToArray(write_len, o);
+  std::string out;
+  out.reserve(static_cast<size_t>(o - outer) + static_cast<size_t>(write_len));
+  out.append(reinterpret_cast<const char*>(outer), static_cast<size_t>(o - outer));
+  out.append(reinterpret_cast<const char*>(head), static_cast<size_t>(h - head));
+  out.append(data, static_cast<size_t>(n));
+  return out;
 }
 
 }  // namespace backplane::remote

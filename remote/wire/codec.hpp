@@ -35,6 +35,16 @@ constexpr size_t kMaxDevices = 1024;
 constexpr int kWindowBytes = 32 << 20;
 constexpr int kFrameBytes = (1 << 24) - 1;
 
+// A write of at least this many bytes travels alone, as a Request already
+// in wire form (encode_bulk_write), which the server copies from the
+// received message straight into a host-memory buffer; smaller ones are
+// cheaper batched with the run's calls.
+constexpr uint64_t kBulkWriteBytes = 64 * 1024;
+
+// Request{batch{writes{buffer, offset, data}}} in protobuf's wire form, the
+// data copied once (not into a Write message and then its serialization).
+std::string encode_bulk_write(uint64_t buffer, uint64_t offset, const char* data, uint64_t n);
+
 // The gRPC metadata key that carries the token.
 constexpr const char* kTokenKey = "x-backplane-token";
 
