@@ -169,19 +169,22 @@ class Rewriter {
 
   // A node's "shape" param in every import: the trial's, each probe's (in
   // differ's order), and the entries that change (all, and per dim);
-  // nullopt when a probe's has another length.
+  // nullopt, with the problem noted, when a probe's has another length.
   struct ShapeDiff {
     std::vector<int64_t> s0;
     std::vector<std::vector<int64_t>> probes;
     std::set<size_t> changed;
     std::map<std::string, std::set<size_t>> by_dim;
   };
-  static std::optional<ShapeDiff> shape_diff(const Node& n0, size_t i, const std::vector<Probe*>& differ) {
+  std::optional<ShapeDiff> shape_diff(const Node& n0, size_t i, const std::vector<Probe*>& differ) {
     ShapeDiff d;
     d.s0 = n0.params.at("shape").get<std::vector<int64_t>>();
     for (Probe* p : differ) {
       auto sp = p->graph.nodes()[i].params.at("shape").get<std::vector<int64_t>>();
-      if (sp.size() != d.s0.size()) return std::nullopt;
+      if (sp.size() != d.s0.size()) {
+        param_problem(n0, i, differ);
+        return std::nullopt;
+      }
       for (size_t k = 0; k < d.s0.size(); ++k)
         if (sp[k] != d.s0[k]) {
           d.changed.insert(k);
@@ -194,10 +197,7 @@ class Rewriter {
 
   Node reshape(const Node& n0, size_t i, const std::vector<Probe*>& differ) {
     const auto diff = shape_diff(n0, i, differ);
-    if (!diff) {
-      param_problem(n0, i, differ);
-      return n0;
-    }
+    if (!diff) return n0;
     const auto& s0 = diff->s0;
     const auto& changed = diff->changed;
     const auto& by_dim = diff->by_dim;
@@ -269,10 +269,7 @@ class Rewriter {
 
   Node broadcast_to(const Node& n0, size_t i, const std::vector<Probe*>& differ, Result& r) {
     const auto diff = shape_diff(n0, i, differ);
-    if (!diff) {
-      param_problem(n0, i, differ);
-      return n0;
-    }
+    if (!diff) return n0;
     const auto& s0 = diff->s0;
     const auto& changed = diff->changed;
     std::vector<std::pair<const std::vector<int64_t>*, const Shape*>> all{{&s0, &shape_in(s0_, n0.inputs.at(0))}};
