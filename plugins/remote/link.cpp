@@ -4,6 +4,9 @@
 
 #include "frames.hpp"
 
+#include "backplane_remote.grpc.pb.h"
+#include <grpcpp/grpcpp.h>
+
 #include <sys/socket.h>
 #include <sys/un.h>
 

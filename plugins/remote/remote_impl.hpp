@@ -26,11 +26,10 @@
 // api.cpp (the ABI entries and the entry symbol).
 #pragma once
 
-#include "backplane_remote.grpc.pb.h"
+#include "backplane_remote.pb.h"
 #include "codec.hpp"
 #include <backplane/sdk/api.hpp>
 #include <backplane/sdk/plugin.hpp>
-#include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 #include <array>
 #include <atomic>
