@@ -27,6 +27,16 @@ bool send_all(int fd, const char* p, size_t n) {
   return true;
 }
 
+// A frame's header: its length, 4 bytes little-endian.
+void put_length(uint32_t n, uint8_t* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
+}
+uint32_t get_length(const uint8_t* in) {
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= uint32_t{in[i]} << (8 * i);
+  return n;
+}
+
 // Milliseconds left until `until` (at least 0), or -1 without a deadline.
 int left_ms(bool bounded, Clock::time_point until) {
   if (!bounded) return -1;
@@ -67,17 +77,16 @@ bool write_frame(int fd, const google::protobuf::MessageLite& m, std::string& sc
   if (n > UINT32_MAX) return false;
   scratch.resize(4 + n);
   auto* p = reinterpret_cast<uint8_t*>(scratch.data());
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(n >> (8 * i));
+  put_length(static_cast<uint32_t>(n), p);
   m.SerializeWithCachedSizesToArray(p + 4);
   return send_all(fd, scratch.data(), scratch.size());
 }
 
 bool write_frame_bytes(int fd, const std::string& bytes) {
   if (bytes.size() > UINT32_MAX) return false;
-  std::string frame(4 + bytes.size(), '\0');
-  for (int i = 0; i < 4; ++i) frame[static_cast<size_t>(i)] = static_cast<char>(bytes.size() >> (8 * i));
-  std::memcpy(frame.data() + 4, bytes.data(), bytes.size());
-  return send_all(fd, frame.data(), frame.size());
+  uint8_t header[4];
+  put_length(static_cast<uint32_t>(bytes.size()), header);
+  return send_all(fd, reinterpret_cast<const char*>(header), sizeof header) && send_all(fd, bytes.data(), bytes.size());
 }
 
 FrameResult read_frame(int fd, std::string& out, FrameRead& how) {
@@ -114,8 +123,7 @@ FrameResult read_frame(int fd, std::string& out, FrameRead& how) {
     if (r == FrameResult::closed && got > 0) return FrameResult::failed;
     if (r != FrameResult::ok) return r;
   }
-  uint64_t n = 0;
-  for (int i = 0; i < 4; ++i) n |= uint64_t{header[i]} << (8 * i);
+  const uint64_t n = get_length(header);
   how.announced = n;
   if (n > how.max_bytes || (how.reserve && !how.reserve(n))) return FrameResult::too_large;
   out.resize(static_cast<size_t>(n));
