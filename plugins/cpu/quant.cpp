@@ -537,7 +537,12 @@ template <bool Q4, bool A8> struct MatmulQK {
           for (int64_t n = 0; n < N; ++n) g.y[m * g.ldy + n] = 0.0f;
         return;
       }
-      if (M >= 4 && !(A8 && a8_path() != A8Path::scalar)) {
+      // With a rounded too (A8), the integer kernels take every row count
+      // where the CPU has them; otherwise four rows or more (a prompt) go
+      // through the packed f32 GEMM.
+      const A8Path path = A8 ? a8_path() : A8Path::scalar;
+      const bool integer = A8 && (M < 4 || path != A8Path::scalar);
+      if (M >= 4 && !integer) {
         if constexpr (A8) {
           // A prompt's rows without integer products: a as its blocks give
           // it back, then the f32 GEMM.
@@ -550,8 +555,7 @@ template <bool Q4, bool A8> struct MatmulQK {
         }
         return;
       }
-      if constexpr (A8) {
-        const A8Path path = a8_path();
+      if (integer) {
         const A8Rows r = quantize_rows<Q4>(g, path);
         pfor(c, (N + 3) / 4, std::max<int64_t>(1, kGrain / (4 * M * K)), [&](int64_t b, int64_t e) {
           a8_rows<Q4>(g, r, path, b * 4, std::min(N, e * 4));
